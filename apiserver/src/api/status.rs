@@ -1,0 +1,170 @@
+//! Errors as Kubernetes `Status` objects.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusCause, StatusDetails};
+
+use crate::v1alpha1::{GROUP, Plugin};
+
+/// An API error: becomes a `Status` body with the matching HTTP code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    #[error("the server could not find the requested resource")]
+    NoSuchRoute,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{message}")]
+    Invalid {
+        name: String,
+        message: String,
+        causes: Vec<(String, String)>,
+    },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    #[error("only the following media types are accepted: {0}")]
+    NotAcceptable(String),
+    #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Expired(String),
+    #[error("{0}")]
+    Timeout(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A missing Plugin.
+    pub fn plugin_not_found(name: &str) -> Self {
+        Self::NotFound {
+            kind: Plugin::PLURAL,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The HTTP status code.
+    pub fn code(&self) -> StatusCode {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchRoute => StatusCode::NOT_FOUND,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Expired(_) => StatusCode::GONE,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `reason` field, as in `metav1.StatusReason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } | Self::NoSuchRoute => "NotFound",
+            Self::BadRequest(_) => "BadRequest",
+            Self::Invalid { .. } => "Invalid",
+            Self::Conflict(_) => "Conflict",
+            Self::MethodNotAllowed => "MethodNotAllowed",
+            Self::NotAcceptable(_) => "NotAcceptable",
+            Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Self::Expired(_) => "Expired",
+            Self::Timeout(_) => "Timeout",
+            Self::Unauthorized(_) => "Unauthorized",
+            Self::Forbidden(_) => "Forbidden",
+            Self::Internal(_) => "InternalError",
+        }
+    }
+
+    /// The error as a `Status` object.
+    pub fn to_status(&self) -> Status {
+        let details = match self {
+            Self::NotFound { kind, name } => Some(StatusDetails {
+                name: Some(name.clone()),
+                group: Some(GROUP.to_owned()),
+                kind: Some((*kind).to_owned()),
+                ..StatusDetails::default()
+            }),
+            Self::Invalid { name, causes, .. } => Some(StatusDetails {
+                name: Some(name.clone()),
+                group: Some(GROUP.to_owned()),
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|(field, message)| StatusCause {
+                            field: Some(field.clone()),
+                            message: Some(message.clone()),
+                            reason: Some("FieldValueInvalid".to_owned()),
+                        })
+                        .collect(),
+                ),
+                ..StatusDetails::default()
+            }),
+            _ => None,
+        };
+        let message = match self {
+            Self::NotFound { kind, name } => format!("{kind}.{GROUP} \"{name}\" not found"),
+            other => other.to_string(),
+        };
+        Status {
+            status: Some("Failure".to_owned()),
+            code: Some(i32::from(self.code().as_u16())),
+            reason: Some(self.reason().to_owned()),
+            message: Some(message),
+            details,
+            metadata: ListMeta::default(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.code(), Json(self.to_status())).into_response();
+        if matches!(self, Self::Unauthorized(_)) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"kplug\""),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_names_the_object() {
+        let status = ApiError::plugin_not_found("db").to_status();
+        assert_eq!(status.code, Some(404));
+        assert_eq!(status.reason.as_deref(), Some("NotFound"));
+        assert_eq!(
+            status.message.as_deref(),
+            Some("plugins.plugins.kplug.io \"db\" not found")
+        );
+        let details = status.details.unwrap_or_default();
+        assert_eq!(details.kind.as_deref(), Some("plugins"));
+        assert_eq!(details.name.as_deref(), Some("db"));
+    }
+
+    #[test]
+    fn status_serializes_with_kind_and_api_version() {
+        let json = serde_json::to_value(ApiError::MethodNotAllowed.to_status()).unwrap_or_default();
+        assert_eq!(json["kind"], "Status");
+        assert_eq!(json["apiVersion"], "v1");
+        assert_eq!(json["code"], 405);
+        assert_eq!(json["status"], "Failure");
+    }
+}

@@ -1,0 +1,15 @@
+//! kplug's aggregated API server.
+//!
+//! Data flows one way: a request is authenticated ([`auth`]), handled by the
+//! HTTP surface ([`api`]), which reads the live [`registry`]; plugins fill
+//! the registry through the gRPC [`heartbeat`] ingest. [`server`] wires TLS,
+//! listeners and background tasks together.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod heartbeat;
+pub mod registry;
+pub mod server;
+pub mod v1alpha1;
+pub mod validation;

@@ -1,0 +1,39 @@
+//! A plugin's validated self-description, as carried by its heartbeats.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::v1alpha1::{ExtensionKind, PluginApi, PluginSpec, Protocol};
+
+/// What a plugin says about itself. Two heartbeats with equal declarations
+/// change nothing in the registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Declaration {
+    pub name: String,
+    pub version: String,
+    pub api: PluginApi,
+    pub implementation: String,
+    pub address: String,
+    pub extensions: Vec<ExtensionKind>,
+    pub labels: BTreeMap<String, String>,
+    /// Already clamped to the range the registry accepts.
+    pub interval: Duration,
+    pub protocol: Protocol,
+    /// The authenticated identity that sent the heartbeat, when known.
+    pub registered_by: Option<String>,
+}
+
+impl Declaration {
+    /// The Plugin `spec` this declaration renders to.
+    pub fn spec(&self) -> PluginSpec {
+        PluginSpec {
+            api: self.api.clone(),
+            implementation: self.implementation.clone(),
+            version: self.version.clone(),
+            address: self.address.clone(),
+            extensions: self.extensions.clone(),
+            heartbeat_interval_seconds: u32::try_from(self.interval.as_secs()).unwrap_or(u32::MAX),
+            protocol: self.protocol.clone(),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! kplug's gRPC contract, generated from `proto/kplug/v1alpha1/*.proto`.
+
+/// Version `v1alpha1` of the contract.
+pub mod v1alpha1 {
+    tonic::include_proto!("kplug.v1alpha1");
+
+    /// The protocol version this crate implements.
+    pub const PROTOCOL_VERSION: &str = "v1alpha1";
+}
