@@ -1,1 +1,16 @@
-fn main() {}
+use clap::Parser;
+use kplug_apiserver::config::{Cli, Command};
+use kplug_apiserver::server;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&cli.log)?)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Standalone(config) => runtime.block_on(server::run_standalone(config)),
+    }
+}

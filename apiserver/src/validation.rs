@@ -20,7 +20,9 @@ fn is_dns1123_label_body(s: &str) -> bool {
 /// Problems with `value`, as apimachinery's `IsDNS1123Label` words them.
 pub fn dns1123_label(value: &str) -> Option<String> {
     if value.len() > DNS1123_LABEL_MAX {
-        return Some(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
+        return Some(format!(
+            "must be no more than {DNS1123_LABEL_MAX} characters"
+        ));
     }
     (!is_dns1123_label_body(value)).then(|| {
         "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \

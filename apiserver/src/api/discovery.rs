@@ -8,6 +8,7 @@ use axum::routing::get;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
 };
+use k8s_openapi::apimachinery::pkg::version::Info;
 use serde_json::{Value, json};
 
 use super::negotiate::{DiscoveryFormat, discovery_format};
@@ -164,9 +165,25 @@ async fn resources() -> Response {
     axum::Json(resource_list()).into_response()
 }
 
+/// `GET /version`. Behind kube-apiserver this path is served by the
+/// aggregator itself; in standalone mode kubectl asks kplug.
+async fn version() -> Response {
+    let version = env!("CARGO_PKG_VERSION");
+    let mut parts = version.split('.');
+    axum::Json(Info {
+        major: parts.next().unwrap_or_default().to_owned(),
+        minor: parts.next().unwrap_or_default().to_owned(),
+        git_version: format!("v{version}"),
+        platform: format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        ..Info::default()
+    })
+    .into_response()
+}
+
 /// Discovery routes.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
+        .route("/version", get(version))
         .route("/api", get(core))
         .route("/apis", get(groups))
         .route(&format!("/apis/{GROUP}"), get(group))
@@ -182,7 +199,10 @@ mod tests {
         let list = resource_list();
         let plugins = list.resources.iter().find(|r| r.name == "plugins");
         let plugins = plugins.map(|p| (p.kind.as_str(), p.namespaced, p.short_names.clone()));
-        assert_eq!(plugins, Some(("Plugin", false, Some(vec!["plg".to_owned()]))));
+        assert_eq!(
+            plugins,
+            Some(("Plugin", false, Some(vec!["plg".to_owned()])))
+        );
     }
 
     #[test]

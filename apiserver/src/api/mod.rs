@@ -8,3 +8,59 @@ pub mod selector;
 pub mod status;
 pub mod table;
 pub mod watcher;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+
+use crate::registry::Registry;
+use crate::v1alpha1::{GROUP, VERSION};
+use status::ApiError;
+
+/// Limits and cadences of watches.
+#[derive(Clone, Debug)]
+pub struct WatchSettings {
+    /// Used when a watch sets no `timeoutSeconds`.
+    pub default_timeout: Duration,
+    /// Caps `timeoutSeconds`.
+    pub max_timeout: Duration,
+    /// How often a watch that allows bookmarks gets one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(30 * 60),
+            max_timeout: Duration::from_secs(60 * 60),
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub watch: WatchSettings,
+}
+
+/// All API routes; anything else is a `404` Status.
+pub fn router(state: AppState, openapi: Arc<openapi::OpenApi>) -> Router {
+    let collection = format!("/apis/{GROUP}/{VERSION}/plugins");
+    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    Router::new()
+        .route(&collection, get(plugins::list).fallback(method_not_allowed))
+        .route(
+            &format!("{collection}/{{name}}"),
+            get(plugins::get)
+                .delete(plugins::delete)
+                .fallback(method_not_allowed),
+        )
+        .merge(discovery::router())
+        .with_state(state)
+        .merge(openapi::router(openapi))
+        .fallback(|| async { ApiError::NoSuchRoute })
+}

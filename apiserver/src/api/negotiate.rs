@@ -201,14 +201,22 @@ mod tests {
         let headers = accept(
             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
         );
-        assert_eq!(discovery_format(&headers), Ok(DiscoveryFormat::Aggregated("v2")));
-        let headers = accept("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList");
+        assert_eq!(
+            discovery_format(&headers),
+            Ok(DiscoveryFormat::Aggregated("v2"))
+        );
+        let headers =
+            accept("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList");
         assert_eq!(
             discovery_format(&headers),
             Ok(DiscoveryFormat::Aggregated("v2beta1"))
         );
-        let headers = accept("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList");
+        let headers =
+            accept("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList");
         assert!(discovery_format(&headers).is_err());
-        assert_eq!(discovery_format(&accept("application/json")), Ok(DiscoveryFormat::Legacy));
+        assert_eq!(
+            discovery_format(&accept("application/json")),
+            Ok(DiscoveryFormat::Legacy)
+        );
     }
 }

@@ -3,7 +3,9 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusCause, StatusDetails};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ListMeta, Status, StatusCause, StatusDetails,
+};
 
 use crate::v1alpha1::{GROUP, Plugin};
 

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
@@ -308,7 +308,8 @@ impl Registry {
                 }
                 entry.lifecycle.recorded = now;
                 entry.declaration = declaration;
-                entry.object = Arc::new(self.render(&entry.declaration, &entry.lifecycle, resource_version));
+                entry.object =
+                    Arc::new(self.render(&entry.declaration, &entry.lifecycle, resource_version));
                 entry
             }
             btree_map::Entry::Vacant(vacant) => {
@@ -375,7 +376,11 @@ impl Registry {
     }
 
     /// Evicts a registration through the API.
-    pub fn delete(&self, name: &str, preconditions: &Preconditions) -> Result<Arc<Plugin>, DeleteError> {
+    pub fn delete(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> Result<Arc<Plugin>, DeleteError> {
         let mut state = self.state.write();
         let entry = state
             .plugins
@@ -389,7 +394,12 @@ impl Registry {
                 entry.lifecycle.uid
             )));
         }
-        let current = entry.object.metadata.resource_version.clone().unwrap_or_default();
+        let current = entry
+            .object
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
         if let Some(rv) = &preconditions.resource_version
             && *rv != current
         {
@@ -414,7 +424,8 @@ impl Registry {
                 let interval = entry.declaration.interval;
                 if silent >= signed(self.ttl(interval)) {
                     expired.push(name.clone());
-                } else if entry.lifecycle.ready && silent >= signed(interval * LATE_AFTER_INTERVALS) {
+                } else if entry.lifecycle.ready && silent >= signed(interval * LATE_AFTER_INTERVALS)
+                {
                     late.push(name.clone());
                 }
             }
@@ -439,7 +450,9 @@ impl Registry {
         }
         for name in late {
             let state = &mut *state;
-            let Some(entry) = state.plugins.get_mut(&name) else { continue };
+            let Some(entry) = state.plugins.get_mut(&name) else {
+                continue;
+            };
             let silent = now.duration_since(entry.last_seen());
             if !entry.lifecycle.ready
                 || silent < signed(entry.declaration.interval * LATE_AFTER_INTERVALS)
@@ -452,9 +465,16 @@ impl Registry {
             state.resource_version += 1;
             let resource_version = state.resource_version;
             let previous = entry.object.clone();
-            entry.object = Arc::new(self.render(&entry.declaration, &entry.lifecycle, resource_version));
+            entry.object =
+                Arc::new(self.render(&entry.declaration, &entry.lifecycle, resource_version));
             let object = entry.object.clone();
-            self.publish(state, EventType::Modified, resource_version, object, Some(previous));
+            self.publish(
+                state,
+                EventType::Modified,
+                resource_version,
+                object,
+                Some(previous),
+            );
         }
         removed
     }
@@ -467,7 +487,13 @@ impl Registry {
         let mut object = (*entry.object).clone();
         object.metadata.resource_version = Some(resource_version.to_string());
         let object = Arc::new(object);
-        self.publish(state, EventType::Deleted, resource_version, object.clone(), None);
+        self.publish(
+            state,
+            EventType::Deleted,
+            resource_version,
+            object.clone(),
+            None,
+        );
         Some(object)
     }
 
@@ -490,7 +516,12 @@ impl Registry {
         let _ = self.events.send(event);
     }
 
-    fn render(&self, declaration: &Declaration, lifecycle: &Lifecycle, resource_version: u64) -> Plugin {
+    fn render(
+        &self,
+        declaration: &Declaration,
+        lifecycle: &Lifecycle,
+        resource_version: u64,
+    ) -> Plugin {
         let spec = declaration.spec();
         let (reason, message) = if lifecycle.ready {
             ("HeartbeatReceived", "the plugin is heartbeating".to_owned())
@@ -533,7 +564,11 @@ impl Registry {
 
     /// The plugin named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
-        self.state.read().plugins.get(name).map(|e| e.object.clone())
+        self.state
+            .read()
+            .plugins
+            .get(name)
+            .map(|e| e.object.clone())
     }
 
     /// When the plugin named `name` last heartbeated (not rounded to the

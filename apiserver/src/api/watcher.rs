@@ -1,0 +1,245 @@
+//! Watches: a newline-delimited stream of `{"type": ..., "object": ...}` events.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::AppState;
+use super::negotiate::Representation;
+use super::plugins::ListOptions;
+use super::status::ApiError;
+use super::table::{Table, TableItem};
+use crate::registry::{Event, EventType, WatchError};
+use crate::v1alpha1::{API_VERSION, Plugin};
+
+/// Events buffered per watch before the writer waits for the client.
+const WATCH_BUFFER: usize = 64;
+/// Marks the bookmark that ends the initial events of a `sendInitialEvents` watch.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+#[derive(Serialize)]
+struct WatchEvent<T: Serialize> {
+    #[serde(rename = "type")]
+    type_: &'static str,
+    object: T,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Bookmark {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: ObjectMeta,
+}
+
+/// Renders events for one watch.
+struct Encoder {
+    state: AppState,
+    options: ListOptions,
+    repr: Representation,
+}
+
+impl Encoder {
+    fn line<T: Serialize>(type_: &'static str, object: T) -> Bytes {
+        let mut bytes = serde_json::to_vec(&WatchEvent { type_, object }).unwrap_or_default();
+        bytes.push(b'\n');
+        Bytes::from(bytes)
+    }
+
+    fn object(&self, type_: &'static str, plugin: &Plugin) -> Bytes {
+        match self.repr {
+            Representation::Json => Self::line(type_, plugin),
+            Representation::Table(version) => {
+                let last_seen = self
+                    .state
+                    .registry
+                    .last_seen(plugin.name())
+                    .unwrap_or(plugin.status.last_heartbeat_time.0);
+                let table = Table::new(
+                    version,
+                    ListMeta {
+                        resource_version: plugin.metadata.resource_version.clone(),
+                        ..ListMeta::default()
+                    },
+                    [TableItem { plugin, last_seen }],
+                    self.options.include_object,
+                    Timestamp::now(),
+                );
+                Self::line(type_, table)
+            }
+        }
+    }
+
+    fn bookmark(&self, resource_version: u64, initial_events_end: bool) -> Bytes {
+        let annotations =
+            initial_events_end.then(|| [(INITIAL_EVENTS_END.to_owned(), "true".to_owned())].into());
+        Self::line(
+            "BOOKMARK",
+            Bookmark {
+                kind: Plugin::KIND,
+                api_version: API_VERSION,
+                metadata: ObjectMeta {
+                    resource_version: Some(resource_version.to_string()),
+                    annotations,
+                    ..ObjectMeta::default()
+                },
+            },
+        )
+    }
+
+    /// The event as this watch's selectors see it: a change that moves an
+    /// object into or out of the selection is an ADDED or DELETED.
+    fn event(&self, event: &Event) -> Option<Bytes> {
+        let now = self.options.selects(&event.object);
+        let before = event
+            .previous
+            .as_ref()
+            .is_some_and(|p| self.options.selects(p));
+        let type_ = match (event.event_type, before, now) {
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Modified, false, true) => EventType::Added,
+            (EventType::Modified, true, false) => EventType::Deleted,
+            (EventType::Modified, false, false) => return None,
+            (other, _, true) => other,
+            (_, _, false) => return None,
+        };
+        Some(self.object(type_.as_str(), &event.object))
+    }
+}
+
+fn error_line(error: &ApiError) -> Bytes {
+    Encoder::line("ERROR", error.to_status())
+}
+
+/// Starts a watch and returns the streaming response.
+pub fn watch(
+    state: AppState,
+    options: ListOptions,
+    repr: Representation,
+) -> Result<Response, ApiError> {
+    let initial_events = match options.send_initial_events {
+        Some(true) if !options.allow_bookmarks => {
+            return Err(ApiError::Invalid {
+                name: String::new(),
+                message: "sendInitialEvents requires allowWatchBookmarks=true".to_owned(),
+                causes: vec![(
+                    "allowWatchBookmarks".to_owned(),
+                    "must be true when sendInitialEvents is true".to_owned(),
+                )],
+            });
+        }
+        Some(send) => send,
+        None => options.resource_version.is_none(),
+    };
+    let since = if initial_events {
+        None
+    } else {
+        Some(
+            options
+                .resource_version
+                .unwrap_or_else(|| state.registry.resource_version()),
+        )
+    };
+    let timeout = options
+        .timeout
+        .unwrap_or(state.watch.default_timeout)
+        .min(state.watch.max_timeout);
+    let bookmark_interval = state.watch.bookmark_interval;
+    let (tx, rx) = mpsc::channel::<Bytes>(WATCH_BUFFER);
+
+    match state.registry.watch(since) {
+        Err(WatchError::TooLarge { requested, current }) => {
+            return Err(ApiError::Timeout(format!(
+                "Too large resource version: {requested}, current: {current}"
+            )));
+        }
+        Err(expired @ WatchError::Expired { .. }) => {
+            // Like kube-apiserver: a 200 whose only event is an ERROR, so
+            // clients relist.
+            let line = error_line(&ApiError::Expired(expired.to_string()));
+            let _ = tx.try_send(line);
+        }
+        Ok(start) => {
+            let encoder = Encoder {
+                state,
+                options,
+                repr,
+            };
+            let send_initial_end = encoder.options.send_initial_events == Some(true);
+            tokio::spawn(async move {
+                let mut last_rv = start.resource_version;
+                for event in &start.initial {
+                    last_rv = last_rv.max(event.resource_version);
+                    if let Some(line) = encoder.event(event)
+                        && tx.send(line).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                if send_initial_end && tx.send(encoder.bookmark(last_rv, true)).await.is_err() {
+                    return;
+                }
+                stream_feed(encoder, start.feed, tx, last_rv, timeout, bookmark_interval).await;
+            });
+        }
+    }
+
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+async fn stream_feed(
+    encoder: Encoder,
+    mut feed: broadcast::Receiver<Arc<Event>>,
+    tx: mpsc::Sender<Bytes>,
+    mut last_rv: u64,
+    timeout: std::time::Duration,
+    bookmark_interval: std::time::Duration,
+) {
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut bookmarks = tokio::time::interval(bookmark_interval);
+    bookmarks.tick().await;
+    loop {
+        let line = tokio::select! {
+            () = &mut deadline => return,
+            () = tx.closed() => return,
+            _ = bookmarks.tick(), if encoder.options.allow_bookmarks => {
+                Some(encoder.bookmark(last_rv, false))
+            }
+            received = feed.recv() => match received {
+                Ok(event) if event.resource_version > last_rv => {
+                    last_rv = event.resource_version;
+                    encoder.event(&event)
+                }
+                // Already sent as part of the initial events.
+                Ok(_) => None,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    // The client resumes from its last resourceVersion.
+                    tracing::warn!(missed, "watcher fell behind; closing its watch");
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        if let Some(line) = line
+            && tx.send(line).await.is_err()
+        {
+            return;
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Command line and configuration, parsed by clap.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::WatchSettings;
+use crate::registry::RegistryConfig;
+
+/// kplug's aggregated API server: a live registry of plugins served as
+/// `plugins.kplug.io/v1alpha1`.
+#[derive(Debug, Parser)]
+#[command(name = "kplug-apiserver", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log filter, as in RUST_LOG (e.g. "info,kplug_apiserver=debug").
+    #[arg(long, global = true, env = "KPLUG_LOG", default_value = "info")]
+    pub log: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run on this machine without a cluster: makes its own CA, serving and
+    /// admin certificates and a kubeconfig for kubectl.
+    Standalone(StandaloneConfig),
+}
+
+/// Configuration of standalone mode.
+#[derive(Debug, Args)]
+pub struct StandaloneConfig {
+    /// Where certificates and the kubeconfig live. Default:
+    /// $XDG_STATE_HOME/kplug, else ~/.local/state/kplug.
+    #[arg(long, env = "KPLUG_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// HTTPS address of the Kubernetes API (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// gRPC address plugins heartbeat to (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub grpc_listen: SocketAddr,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+    #[command(flatten)]
+    pub watch: WatchFlags,
+}
+
+impl StandaloneConfig {
+    /// The state directory, with its default resolved.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
+            })
+            .unwrap_or_else(|| PathBuf::from("."));
+        base.join("kplug")
+    }
+}
+
+/// Registry tunables.
+#[derive(Debug, Args)]
+pub struct RegistryFlags {
+    /// Garbage-collect a plugin after this many missed heartbeat intervals.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ttl_intervals: u32,
+    /// Shortest heartbeat interval a plugin may ask for.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub min_heartbeat_interval: Duration,
+    /// Longest heartbeat interval a plugin may ask for.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub max_heartbeat_interval: Duration,
+    /// Interval for plugins that ask for none.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub default_heartbeat_interval: Duration,
+    /// An unchanged heartbeat rewrites status.lastHeartbeatTime (one
+    /// MODIFIED event) only this often.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub status_refresh_interval: Duration,
+    /// How many recent changes a watch can resume from.
+    #[arg(long, default_value_t = 10_000)]
+    pub watch_history: usize,
+}
+
+impl From<&RegistryFlags> for RegistryConfig {
+    fn from(flags: &RegistryFlags) -> Self {
+        Self {
+            ttl_intervals: flags.ttl_intervals,
+            min_interval: flags.min_heartbeat_interval,
+            max_interval: flags
+                .max_heartbeat_interval
+                .max(flags.min_heartbeat_interval),
+            default_interval: flags.default_heartbeat_interval,
+            status_refresh: flags.status_refresh_interval,
+            history: flags.watch_history,
+        }
+    }
+}
+
+/// Watch tunables.
+#[derive(Debug, Args)]
+pub struct WatchFlags {
+    /// How often watches that allow bookmarks get one.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub watch_bookmark_interval: Duration,
+    /// Timeout of watches that set no timeoutSeconds.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub watch_default_timeout: Duration,
+}
+
+impl From<&WatchFlags> for WatchSettings {
+    fn from(flags: &WatchFlags) -> Self {
+        Self {
+            default_timeout: flags.watch_default_timeout,
+            bookmark_interval: flags.watch_bookmark_interval,
+            ..Self::default()
+        }
+    }
+}
+
+/// Parses "250ms", "5s", "2m", "1h".
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?}: missing unit (ms, s, m or h)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a whole number before the unit"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number * 60)),
+        "h" => Ok(Duration::from_secs(number * 3600)),
+        _ => Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m or h)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn cli_parses_the_documented_command_line() {
+        let cli = Cli::try_parse_from([
+            "kplug-apiserver",
+            "standalone",
+            "--state-dir",
+            "/tmp/x",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ]);
+        assert!(cli.is_ok(), "{cli:?}");
+    }
+}

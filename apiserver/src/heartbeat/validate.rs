@@ -1,0 +1,257 @@
+//! Turns a heartbeat from the wire into a [`Declaration`], or says precisely
+//! what is wrong with it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::{HeartbeatRequest, PROTOCOL_VERSION};
+
+use crate::registry::{Declaration, Registry};
+use crate::v1alpha1::{ExtensionKind, PluginApi, Protocol, labels};
+use crate::validation;
+
+const MAX_VERSION_LEN: usize = 63;
+const MAX_EXTENSIONS: usize = 64;
+const MAX_LABELS: usize = 64;
+const MAX_CAPABILITIES: usize = 32;
+
+/// One invalid field, worded like Kubernetes field errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Why a heartbeat could not become a declaration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("invalid heartbeat: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Fields(Vec<FieldError>),
+    #[error(
+        "unsupported protocol version {0:?}: this server speaks {PROTOCOL_VERSION}; upgrade the \
+         plugin SDK or the server"
+    )]
+    UnsupportedProtocol(String),
+}
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn check(&mut self, field: impl Into<String>, value: &str, problem: Option<String>) {
+        if let Some(problem) = problem {
+            self.0.push(FieldError {
+                field: field.into(),
+                message: format!("Invalid value: {value:?}: {problem}"),
+            });
+        }
+    }
+
+    fn required(&mut self, field: &str, value: &str) -> bool {
+        if value.is_empty() {
+            self.0.push(FieldError {
+                field: field.to_owned(),
+                message: "Required value".to_owned(),
+            });
+        }
+        !value.is_empty()
+    }
+
+    fn too_many(&mut self, field: &str, count: usize, max: usize) {
+        if count > max {
+            self.0.push(FieldError {
+                field: field.to_owned(),
+                message: format!("Too many: {count}: must have at most {max} items"),
+            });
+        }
+    }
+}
+
+fn short_text(value: &str) -> Option<String> {
+    let ok = value.len() <= MAX_VERSION_LEN
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c));
+    (!ok).then(|| {
+        format!(
+            "must be at most {MAX_VERSION_LEN} characters of letters, digits, '-', '_', '.' or '+'"
+        )
+    })
+}
+
+fn interval(duration: Option<&prost_types::Duration>) -> Result<Option<Duration>, String> {
+    match duration {
+        None => Ok(None),
+        Some(d) if d.seconds == 0 && d.nanos == 0 => Ok(None),
+        Some(d) => Duration::try_from(*d)
+            .map(Some)
+            .map_err(|_| "must be a positive duration".to_owned()),
+    }
+}
+
+/// Validates `request` and clamps its interval to what `registry` accepts.
+/// `registered_by` is the authenticated identity, when there is one.
+pub fn declaration(
+    request: HeartbeatRequest,
+    registry: &Registry,
+    registered_by: Option<String>,
+) -> Result<Declaration, Invalid> {
+    let protocol = request.protocol.unwrap_or_default();
+    if !protocol.version.is_empty() && protocol.version != PROTOCOL_VERSION {
+        return Err(Invalid::UnsupportedProtocol(protocol.version));
+    }
+    let mut errors = Errors::default();
+    if errors.required("name", &request.name) {
+        errors.check(
+            "name",
+            &request.name,
+            validation::dns1123_subdomain(&request.name),
+        );
+    }
+    if errors.required("version", &request.version) {
+        errors.check("version", &request.version, short_text(&request.version));
+    }
+    let api = request.api.unwrap_or_default();
+    if errors.required("api.group", &api.group) {
+        errors.check(
+            "api.group",
+            &api.group,
+            validation::dns1123_subdomain(&api.group),
+        );
+    }
+    if errors.required("api.resource", &api.resource) {
+        errors.check(
+            "api.resource",
+            &api.resource,
+            validation::dns1123_label(&api.resource),
+        );
+    }
+    if errors.required("api.version", &api.version) {
+        errors.check(
+            "api.version",
+            &api.version,
+            validation::dns1123_label(&api.version),
+        );
+    }
+    if errors.required("implementation", &request.implementation) {
+        errors.check(
+            "implementation",
+            &request.implementation,
+            validation::label_value(&request.implementation),
+        );
+    }
+    if errors.required("address", &request.address) {
+        errors.check(
+            "address",
+            &request.address,
+            validation::host_port(&request.address),
+        );
+    }
+    errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);
+    for (i, extension) in request.extensions.iter().enumerate() {
+        let field = format!("extensions[{i}]");
+        if errors.required(&format!("{field}.group"), &extension.group) {
+            errors.check(
+                format!("{field}.group"),
+                &extension.group,
+                validation::dns1123_subdomain(&extension.group),
+            );
+        }
+        if errors.required(&format!("{field}.kind"), &extension.kind) {
+            errors.check(
+                format!("{field}.kind"),
+                &extension.kind,
+                validation::kind_name(&extension.kind),
+            );
+        }
+        if !extension.version.is_empty() {
+            errors.check(
+                format!("{field}.version"),
+                &extension.version,
+                validation::dns1123_label(&extension.version),
+            );
+        }
+    }
+    errors.too_many("labels", request.labels.len(), MAX_LABELS);
+    for (key, value) in &request.labels {
+        let field = format!("labels[{key}]");
+        errors.check(&field, key, validation::label_key(key));
+        errors.check(&field, value, validation::label_value(value));
+        if key.starts_with(labels::RESERVED_PREFIX) {
+            errors.check(
+                &field,
+                key,
+                Some(format!(
+                    "the prefix {:?} is reserved for kplug",
+                    labels::RESERVED_PREFIX
+                )),
+            );
+        }
+    }
+    errors.too_many(
+        "protocol.capabilities",
+        protocol.capabilities.len(),
+        MAX_CAPABILITIES,
+    );
+    for (i, capability) in protocol.capabilities.iter().enumerate() {
+        errors.check(
+            format!("protocol.capabilities[{i}]"),
+            capability,
+            validation::kind_name(capability),
+        );
+    }
+    if !protocol.sdk.is_empty() && protocol.sdk.len() > 128 {
+        errors.check(
+            "protocol.sdk",
+            &protocol.sdk,
+            Some("must be at most 128 characters".to_owned()),
+        );
+    }
+    let requested = match interval(request.interval.as_ref()) {
+        Ok(requested) => requested,
+        Err(problem) => {
+            errors.0.push(FieldError {
+                field: "interval".to_owned(),
+                message: format!("Invalid value: {:?}: {problem}", request.interval),
+            });
+            None
+        }
+    };
+    if !errors.0.is_empty() {
+        return Err(Invalid::Fields(errors.0));
+    }
+    Ok(Declaration {
+        name: request.name,
+        version: request.version,
+        api: PluginApi {
+            group: api.group,
+            resource: api.resource,
+            version: api.version,
+        },
+        implementation: request.implementation,
+        address: request.address,
+        extensions: request
+            .extensions
+            .into_iter()
+            .map(|e| ExtensionKind {
+                group: e.group,
+                version: e.version,
+                kind: e.kind,
+            })
+            .collect(),
+        labels: request.labels.into_iter().collect::<BTreeMap<_, _>>(),
+        interval: registry.effective_interval(requested),
+        protocol: Protocol {
+            version: PROTOCOL_VERSION.to_owned(),
+            sdk: protocol.sdk,
+            capabilities: protocol.capabilities,
+        },
+        registered_by,
+    })
+}

@@ -1,0 +1,334 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::*;
+use crate::v1alpha1::{PluginApi, Protocol};
+
+fn config() -> RegistryConfig {
+    RegistryConfig {
+        history: 4,
+        ..RegistryConfig::default()
+    }
+}
+
+fn declaration(name: &str) -> Declaration {
+    Declaration {
+        name: name.to_owned(),
+        version: "1.0.0".to_owned(),
+        api: PluginApi {
+            group: "myorg.org".to_owned(),
+            resource: "databasetables".to_owned(),
+            version: "v1alpha1".to_owned(),
+        },
+        implementation: "PostgreSQL".to_owned(),
+        address: "127.0.0.1:50052".to_owned(),
+        extensions: Vec::new(),
+        labels: BTreeMap::new(),
+        interval: Duration::from_secs(5),
+        protocol: Protocol {
+            version: "v1alpha1".to_owned(),
+            ..Protocol::default()
+        },
+        registered_by: None,
+    }
+}
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn secs(s: i64) -> SignedDuration {
+    SignedDuration::from_secs(s)
+}
+
+fn event_types(start: &WatchStart) -> Vec<(EventType, u64)> {
+    start
+        .initial
+        .iter()
+        .map(|e| (e.event_type, e.resource_version))
+        .collect()
+}
+
+#[test]
+fn first_heartbeat_registers_with_uid_and_labels() {
+    let registry = Registry::new(config());
+    let accepted = registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    assert_eq!(accepted.interval, Duration::from_secs(5));
+    assert_eq!(accepted.ttl, Duration::from_secs(15));
+    let plugin = registry.get("pg").expect("registered");
+    assert_eq!(plugin.metadata.uid.as_deref(), Some(accepted.uid.as_str()));
+    assert_eq!(plugin.metadata.resource_version.as_deref(), Some("1"));
+    let labels = plugin.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("kplug.io/api").map(String::as_str),
+        Some("databasetables.myorg.org")
+    );
+    assert_eq!(
+        labels.get("kplug.io/implementation").map(String::as_str),
+        Some("postgresql")
+    );
+    assert!(plugin.is_ready());
+    assert_eq!(plugin.status.expires_at.0, t0() + secs(15));
+}
+
+#[test]
+fn unchanged_heartbeats_are_quiet_until_the_status_refresh() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    for s in 1..30 {
+        registry
+            .heartbeat(declaration("pg"), t0() + secs(s))
+            .expect("accepted");
+    }
+    assert_eq!(
+        registry.resource_version(),
+        1,
+        "no event for unchanged heartbeats"
+    );
+    assert_eq!(registry.last_seen("pg"), Some(t0() + secs(29)));
+    registry
+        .heartbeat(declaration("pg"), t0() + secs(30))
+        .expect("accepted");
+    assert_eq!(
+        registry.resource_version(),
+        2,
+        "refresh after status_refresh"
+    );
+    let plugin = registry.get("pg").expect("registered");
+    assert_eq!(plugin.status.last_heartbeat_time.0, t0() + secs(30));
+}
+
+#[test]
+fn a_changed_declaration_is_modified_with_the_previous_object() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    let watch = registry.watch(Some(1)).expect("watch");
+    let mut feed = watch.feed;
+    let mut changed = declaration("pg");
+    changed.version = "1.1.0".to_owned();
+    registry
+        .heartbeat(changed, t0() + secs(1))
+        .expect("accepted");
+    let event = feed.try_recv().expect("an event");
+    assert_eq!(event.event_type, EventType::Modified);
+    assert_eq!(event.object.spec.version, "1.1.0");
+    let previous = event.previous.as_ref().map(|p| p.spec.version.clone());
+    assert_eq!(previous.as_deref(), Some("1.0.0"));
+}
+
+#[test]
+fn another_address_for_a_live_name_is_refused_and_changes_nothing() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    let mut thief = declaration("pg");
+    thief.address = "10.0.0.9:50052".to_owned();
+    let refusal = registry
+        .heartbeat(thief, t0() + secs(1))
+        .expect_err("refused");
+    assert_eq!(refusal.reason(), "AddressConflict");
+    assert!(refusal.to_string().contains("127.0.0.1:50052"), "{refusal}");
+    assert_eq!(registry.resource_version(), 1);
+    assert_eq!(
+        registry
+            .get("pg")
+            .map(|p| p.spec.address.clone())
+            .as_deref(),
+        Some("127.0.0.1:50052")
+    );
+}
+
+#[test]
+fn another_identity_cannot_take_a_live_name() {
+    let registry = Registry::new(config());
+    let mut owner = declaration("pg");
+    owner.registered_by = Some("system:serviceaccount:plugins:pg".to_owned());
+    registry.heartbeat(owner, t0()).expect("accepted");
+    let mut other = declaration("pg");
+    other.registered_by = Some("system:serviceaccount:plugins:evil".to_owned());
+    let refusal = registry.heartbeat(other, t0()).expect_err("refused");
+    assert_eq!(refusal.reason(), "IdentityConflict");
+}
+
+#[test]
+fn late_plugins_turn_unready_then_expire_and_return_as_new_objects() {
+    let registry = Registry::new(config());
+    let first = registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    assert_eq!(registry.sweep(t0() + secs(9)), 0);
+    assert!(registry.get("pg").is_some_and(|p| p.is_ready()));
+    registry.sweep(t0() + secs(10));
+    let late = registry.get("pg").expect("still registered");
+    assert!(!late.is_ready(), "late after two intervals");
+    assert_eq!(late.status.conditions[0].reason, "HeartbeatLate");
+
+    // A heartbeat makes it Ready again, same registration.
+    let again = registry
+        .heartbeat(declaration("pg"), t0() + secs(11))
+        .expect("accepted");
+    assert_eq!(again.uid, first.uid);
+    assert!(registry.get("pg").is_some_and(|p| p.is_ready()));
+
+    assert_eq!(registry.sweep(t0() + secs(11 + 14)), 0);
+    assert_eq!(registry.sweep(t0() + secs(11 + 15)), 1);
+    assert!(registry.get("pg").is_none());
+
+    let back = registry
+        .heartbeat(declaration("pg"), t0() + secs(40))
+        .expect("accepted");
+    assert_ne!(
+        back.uid, first.uid,
+        "an expired plugin comes back as a new object"
+    );
+}
+
+#[test]
+fn a_heartbeat_racing_the_sweep_keeps_the_plugin() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    registry
+        .heartbeat(declaration("pg"), t0() + secs(14))
+        .expect("accepted");
+    assert_eq!(registry.sweep(t0() + secs(16)), 0);
+    assert!(registry.get("pg").is_some());
+}
+
+#[test]
+fn delete_checks_preconditions_and_emits_deleted() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    let wrong_uid = Preconditions {
+        uid: Some("nope".to_owned()),
+        resource_version: None,
+    };
+    assert!(matches!(
+        registry.delete("pg", &wrong_uid),
+        Err(DeleteError::Conflict(_))
+    ));
+    let wrong_rv = Preconditions {
+        uid: None,
+        resource_version: Some("7".to_owned()),
+    };
+    assert!(matches!(
+        registry.delete("pg", &wrong_rv),
+        Err(DeleteError::Conflict(_))
+    ));
+    let deleted = registry
+        .delete("pg", &Preconditions::default())
+        .expect("deleted");
+    assert_eq!(deleted.metadata.resource_version.as_deref(), Some("2"));
+    assert!(matches!(
+        registry.delete("pg", &Preconditions::default()),
+        Err(DeleteError::NotFound(_))
+    ));
+}
+
+#[test]
+fn deregister_needs_the_registered_address() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    assert!(!registry.deregister("pg", "10.0.0.1:1"));
+    assert!(registry.deregister("pg", "127.0.0.1:50052"));
+    assert!(!registry.deregister("pg", "127.0.0.1:50052"));
+    assert!(registry.is_empty());
+}
+
+#[test]
+fn list_is_ordered_filtered_and_pages_after_a_name() {
+    let registry = Registry::new(config());
+    for name in ["c", "a", "b"] {
+        registry
+            .heartbeat(declaration(name), t0())
+            .expect("accepted");
+    }
+    let names = |snapshot: Snapshot| -> Vec<String> {
+        snapshot
+            .items
+            .iter()
+            .map(|i| i.object.name().to_owned())
+            .collect()
+    };
+    assert_eq!(names(registry.list(None, |_| true)), ["a", "b", "c"]);
+    assert_eq!(names(registry.list(Some("a"), |_| true)), ["b", "c"]);
+    assert_eq!(names(registry.list(None, |p| p.name() != "b")), ["a", "c"]);
+    assert_eq!(registry.list(None, |_| true).resource_version, 3);
+}
+
+#[test]
+fn watches_resume_from_history_and_expire_beyond_it() {
+    let registry = Registry::new(config()); // history of 4
+    for name in ["a", "b", "c"] {
+        registry
+            .heartbeat(declaration(name), t0())
+            .expect("accepted");
+    }
+    let from_start = registry.watch(None).expect("watch");
+    assert_eq!(from_start.initial.len(), 3);
+    assert!(
+        from_start
+            .initial
+            .iter()
+            .all(|e| e.event_type == EventType::Added)
+    );
+
+    let resumed = registry.watch(Some(1)).expect("watch");
+    assert_eq!(
+        event_types(&resumed),
+        [(EventType::Added, 2), (EventType::Added, 3)]
+    );
+
+    for name in ["d", "e", "f"] {
+        registry
+            .heartbeat(declaration(name), t0())
+            .expect("accepted");
+    }
+    // Events 1 and 2 were dropped from the 4-event history.
+    assert_eq!(
+        registry.watch(Some(1)).err(),
+        Some(WatchError::Expired {
+            requested: 1,
+            oldest: 2
+        })
+    );
+    let still = registry
+        .watch(Some(2))
+        .expect("watch from the compacted edge");
+    assert_eq!(still.initial.len(), 4);
+    assert_eq!(
+        registry.watch(Some(99)).err(),
+        Some(WatchError::TooLarge {
+            requested: 99,
+            current: 6
+        })
+    );
+}
+
+#[test]
+fn intervals_are_clamped() {
+    let registry = Registry::new(config());
+    assert_eq!(registry.effective_interval(None), Duration::from_secs(10));
+    assert_eq!(
+        registry.effective_interval(Some(Duration::from_millis(10))),
+        Duration::from_secs(1)
+    );
+    assert_eq!(
+        registry.effective_interval(Some(Duration::from_secs(3600))),
+        Duration::from_secs(300)
+    );
+}
