@@ -3,6 +3,7 @@
 mod validate;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use kplug_proto::v1alpha1::registry_server::{Registry as RegistryApi, RegistryServer};
@@ -35,10 +36,10 @@ impl HeartbeatService {
         RegistryServer::new(self)
     }
 
-    fn reply(&self, accepted: bool, reason: &str, message: String) -> HeartbeatResponse {
-        let interval = self.registry.effective_interval(None);
+    /// A refusal, asking the plugin to retry at `interval`.
+    fn refusal(&self, interval: Duration, reason: &str, message: String) -> HeartbeatResponse {
         HeartbeatResponse {
-            accepted,
+            accepted: false,
             reason: reason.to_owned(),
             message,
             interval: prost_types::Duration::try_from(interval).ok(),
@@ -74,14 +75,15 @@ impl RegistryApi for HeartbeatService {
                 return Err(Status::invalid_argument(invalid.to_string()));
             }
             Err(unsupported @ Invalid::UnsupportedProtocol(_)) => {
-                return Ok(Response::new(self.reply(
-                    false,
+                return Ok(Response::new(self.refusal(
+                    self.registry.effective_interval(None),
                     "UnsupportedProtocol",
                     unsupported.to_string(),
                 )));
             }
         };
         let name = declaration.name.clone();
+        let interval = declaration.interval;
         match self.registry.heartbeat(declaration, Timestamp::now()) {
             Ok(accepted) => Ok(Response::new(HeartbeatResponse {
                 accepted: true,
@@ -94,8 +96,8 @@ impl RegistryApi for HeartbeatService {
             })),
             Err(refusal) => {
                 tracing::info!(plugin = %name, reason = refusal.reason(), "heartbeat refused: {refusal}");
-                Ok(Response::new(self.reply(
-                    false,
+                Ok(Response::new(self.refusal(
+                    interval,
                     refusal.reason(),
                     refusal.to_string(),
                 )))

@@ -200,7 +200,7 @@ impl Session {
         let call = self.client.heartbeat(self.request.clone());
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => self.answered(reply.into_inner()),
-            Ok(Err(status)) => self.failed(status.code(), status.message().to_owned()),
+            Ok(Err(status)) => self.failed(status.code(), describe(&status)),
             Err(_) => {
                 // A connection whose peer vanished without closing it looks
                 // healthy to the channel forever; dial afresh instead.
@@ -242,7 +242,7 @@ impl Session {
         } else {
             warn!(
                 reason = %reply.reason,
-                message = %reply.message,
+                detail = %reply.message,
                 retry_in = ?self.interval,
                 "kplug refused the heartbeat"
             );
@@ -270,7 +270,7 @@ impl Session {
         let delay = jitter(backoff(self.failures, self.interval));
         warn!(
             ?code,
-            message = %message,
+            error = %message,
             failures = self.failures,
             retry_in = ?delay,
             "heartbeat failed"
@@ -293,7 +293,7 @@ impl Session {
             Ok(Ok(_)) => debug!("nothing to deregister"),
             Ok(Err(status)) => warn!(
                 code = ?status.code(),
-                message = %status.message(),
+                error = %describe(&status),
                 "could not deregister; kplug drops the registration when its TTL passes"
             ),
             Err(_) => warn!(
@@ -347,6 +347,22 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The status message with its cause: for transport failures tonic's
+/// message alone ("tcp connect error") hides what went wrong.
+fn describe(status: &tonic::Status) -> String {
+    // The layers in between repeat the message; the root cause is the news.
+    let mut cause = std::error::Error::source(status);
+    let mut root = None;
+    while let Some(error) = cause {
+        root = Some(error);
+        cause = error.source();
+    }
+    match root {
+        Some(root) => format!("{}: {root}", status.message()),
+        None => status.message().to_owned(),
+    }
 }
 
 /// Registry durations that are absent, negative or zero mean "no opinion";
