@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every kplug test: formatting, lints, unit and integration tests
+# against the real binaries and real kubectl. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hack/setup.sh
+
+echo "== cargo fmt" >&2
+cargo fmt --all -- --check
+echo "== cargo clippy" >&2
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# Integration tests start the workspace's binaries (the plugins), so build
+# them all first.
+echo "== cargo build" >&2
+cargo build --workspace --all-targets --locked
+echo "== cargo test" >&2
+cargo test --workspace --locked
