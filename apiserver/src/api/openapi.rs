@@ -464,19 +464,20 @@ fn path_items() -> Vec<(String, Value)> {
             "allowWatchBookmarks",
             "boolean",
             "With watch: ask for BOOKMARK events, which carry only a resourceVersion, so that \
-             a watch can resume after quiet periods. The server may send none.",
+             a watch can resume after quiet periods.",
         ),
         query(
             "continue",
             "string",
             "The continue token of the previous page (metadata.continue), to receive the next \
-             one. Only valid with the same selectors.",
+             one. Use the same selectors.",
         ),
         query(
             "fieldSelector",
             "string",
-            "Restricts the list to objects whose fields match, e.g. metadata.name=db-plugin. \
-             Defaults to everything.",
+            "Restricts the list to objects whose fields match. Only metadata.name is \
+             supported, with =, == and !=, e.g. metadata.name=db-plugin. Defaults to \
+             everything.",
         ),
         query(
             "labelSelector",
@@ -493,13 +494,20 @@ fn path_items() -> Vec<(String, Value)> {
         query(
             "resourceVersion",
             "string",
-            "Without watch: which version of the collection may be served (\"0\": any). With \
-             watch: start after this version; the watch fails with 410 Gone when it is too old.",
+            "Without watch: the version of the collection the list must be at least as new \
+             as (\"0\" or unset: any). With watch: start after this version; the watch fails \
+             with 410 Gone when it is older than the server's history.",
         ),
         query(
             "resourceVersionMatch",
             "string",
             "How resourceVersion applies to a list: NotOlderThan or Exact.",
+        ),
+        query(
+            "sendInitialEvents",
+            "boolean",
+            "With watch: start with an ADDED event for every object that matches, then a \
+             BOOKMARK annotated k8s.io/initial-events-end. Requires allowWatchBookmarks=true.",
         ),
         query(
             "timeoutSeconds",
