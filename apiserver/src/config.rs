@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::WatchSettings;
+use crate::api::reconcile::ReconcileSettings;
+use crate::proxy::ProxyConfig;
 use crate::registry::RegistryConfig;
 
 /// kplug's aggregated API server: a live registry of plugins served as
@@ -45,6 +47,8 @@ pub struct StandaloneConfig {
     pub registry: RegistryFlags,
     #[command(flatten)]
     pub watch: WatchFlags,
+    #[command(flatten)]
+    pub proxy: ProxyFlags,
 }
 
 impl StandaloneConfig {
@@ -119,6 +123,44 @@ impl From<&WatchFlags> for WatchSettings {
             default_timeout: flags.watch_default_timeout,
             bookmark_interval: flags.watch_bookmark_interval,
             ..Self::default()
+        }
+    }
+}
+
+/// Reconcile proxy tunables.
+#[derive(Debug, Args)]
+pub struct ProxyFlags {
+    /// Calls in flight to one plugin beyond which requests get 429.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight_per_plugin: u32,
+    /// Deadline of a reconcile that sets no spec.timeoutSeconds.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
+    /// The largest spec.timeoutSeconds accepted.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub max_reconcile_timeout: Duration,
+    /// Largest reconcile request body, in bytes (413 beyond).
+    #[arg(long, default_value_t = 3 << 20)]
+    pub max_request_bytes: usize,
+}
+
+impl From<&ProxyFlags> for ProxyConfig {
+    fn from(flags: &ProxyFlags) -> Self {
+        Self {
+            max_in_flight: flags.max_inflight_per_plugin as usize,
+            // Room for the JSON object plus the answer's statuses.
+            max_message_bytes: flags.max_request_bytes + (1 << 20),
+            ..Self::default()
+        }
+    }
+}
+
+impl From<&ProxyFlags> for ReconcileSettings {
+    fn from(flags: &ProxyFlags) -> Self {
+        Self {
+            default_timeout: flags.reconcile_timeout.min(flags.max_reconcile_timeout),
+            max_timeout: flags.max_reconcile_timeout,
+            max_body_bytes: flags.max_request_bytes,
         }
     }
 }

@@ -141,3 +141,191 @@ pub fn object_labels(
     );
     all
 }
+
+/// A request to reconcile (or finalize) one object through a plugin, and
+/// the plugin's answer in `status`. Create-only, like `TokenReview`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reconcile {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: ReconcileSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ReconcileStatus>,
+    /// Fields this version does not know; rejected or ignored per `fieldValidation`.
+    #[serde(flatten, skip_serializing)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+impl Reconcile {
+    pub const KIND: &'static str = "Reconcile";
+    pub const PLURAL: &'static str = "reconciles";
+}
+
+/// What to reconcile, and (for the `reconciles` resource) how to choose the plugin.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileSpec {
+    #[serde(default)]
+    pub operation: Operation,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    /// The custom resource, as a whole object.
+    #[serde(default)]
+    pub object: serde_json::Value,
+    /// Its linked extension objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<serde_json::Value>,
+    /// The API whose plugin should serve this (the `reconciles` resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<ApiSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_implementation: Option<String>,
+    /// Pins one plugin by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    #[serde(flatten, skip_serializing)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// Which plugin call to make.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Operation {
+    #[default]
+    Reconcile,
+    Finalize,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reconcile => "Reconcile",
+            Self::Finalize => "Finalize",
+        }
+    }
+}
+
+/// Names a plugin API; `version` is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiSelector {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+}
+
+impl ApiSelector {
+    /// True when `api` is the API this selector names.
+    pub fn matches(&self, api: &PluginApi) -> bool {
+        self.group == api.group
+            && self.resource == api.resource
+            && (self.version.is_empty() || self.version == api.version)
+    }
+
+    /// `resource.group`, as users write it.
+    pub fn qualified_resource(&self) -> String {
+        format!("{}.{}", self.resource, self.group)
+    }
+}
+
+/// The plugin's answer, filled in by kplug.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileStatus {
+    pub plugin: PluginRef,
+    pub selection: Selection,
+    pub success: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ReconcileResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ResultCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_status: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension_statuses: Vec<ExtensionStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_after_seconds: Option<f64>,
+    pub operation_id: String,
+    pub duration_milliseconds: f64,
+}
+
+/// The plugin that served a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginRef {
+    pub name: String,
+    pub version: String,
+    pub implementation: String,
+}
+
+/// Why this plugin was chosen.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Selection {
+    pub reason: SelectionReason,
+    pub message: String,
+}
+
+/// The selection rule that applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectionReason {
+    /// The caller named the plugin.
+    #[default]
+    Requested,
+    /// A Ready plugin of the preferred implementation.
+    PreferredImplementation,
+    /// No preference could be met: the stable fallback rule chose.
+    Fallback,
+}
+
+/// One message from the plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileResult {
+    pub severity: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// A condition the plugin reports for the object (no timestamps: the
+/// operator sets those when it writes them to the object).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The status the plugin reports for one extension object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionStatus {
+    #[serde(rename = "ref")]
+    pub reference: ObjectRef,
+    pub status: serde_json::Value,
+}
+
+/// Identifies an object by apiVersion, kind, namespace and name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+}

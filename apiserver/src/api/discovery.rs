@@ -26,14 +26,32 @@ struct Served {
     categories: &'static [&'static str],
 }
 
-const RESOURCES: &[Served] = &[Served {
-    name: "plugins",
-    singular: "plugin",
-    kind: "Plugin",
-    verbs: &["delete", "get", "list", "watch"],
-    short_names: &["plg"],
-    categories: &["kplug"],
-}];
+const RESOURCES: &[Served] = &[
+    Served {
+        name: "plugins",
+        singular: "plugin",
+        kind: "Plugin",
+        verbs: &["delete", "get", "list", "watch"],
+        short_names: &["plg"],
+        categories: &["kplug"],
+    },
+    Served {
+        name: "plugins/reconcile",
+        singular: "",
+        kind: "Reconcile",
+        verbs: &["create"],
+        short_names: &[],
+        categories: &[],
+    },
+    Served {
+        name: "reconciles",
+        singular: "reconcile",
+        kind: "Reconcile",
+        verbs: &["create"],
+        short_names: &[],
+        categories: &[],
+    },
+];
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()

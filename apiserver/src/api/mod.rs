@@ -4,6 +4,7 @@ pub mod discovery;
 pub mod negotiate;
 pub mod openapi;
 pub mod plugins;
+pub mod reconcile;
 pub mod selector;
 pub mod status;
 pub mod table;
@@ -13,8 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
 
+use crate::proxy::Proxy;
 use crate::registry::Registry;
 use crate::v1alpha1::{GROUP, VERSION};
 use status::ApiError;
@@ -44,14 +47,29 @@ impl Default for WatchSettings {
 #[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<Registry>,
+    pub proxy: Arc<Proxy>,
     pub watch: WatchSettings,
+    pub reconcile: reconcile::ReconcileSettings,
 }
 
 /// All API routes; anything else is a `404` Status.
 pub fn router(state: AppState, openapi: Arc<openapi::OpenApi>) -> Router {
     let collection = format!("/apis/{GROUP}/{VERSION}/plugins");
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let body_limit = DefaultBodyLimit::max(state.reconcile.max_body_bytes);
     Router::new()
+        .route(
+            &format!("{collection}/{{name}}/reconcile"),
+            post(reconcile::subresource)
+                .fallback(method_not_allowed)
+                .layer(body_limit),
+        )
+        .route(
+            &format!("/apis/{GROUP}/{VERSION}/reconciles"),
+            post(reconcile::create)
+                .fallback(method_not_allowed)
+                .layer(body_limit),
+        )
         .route(&collection, get(plugins::list).fallback(method_not_allowed))
         .route(
             &format!("{collection}/{{name}}"),

@@ -34,6 +34,12 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Expired(String),
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u32 },
+    #[error("{message}")]
+    ServiceUnavailable { message: String, retry_after: u32 },
+    #[error("the request body is too large: at most {0} bytes are accepted")]
+    RequestEntityTooLarge(usize),
     #[error("{0}")]
     Timeout(String),
     #[error("{0}")]
@@ -64,6 +70,9 @@ impl ApiError {
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Expired(_) => StatusCode::GONE,
+            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::ServiceUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -82,6 +91,9 @@ impl ApiError {
             Self::NotAcceptable(_) => "NotAcceptable",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Expired(_) => "Expired",
+            Self::TooManyRequests { .. } => "TooManyRequests",
+            Self::ServiceUnavailable { .. } => "ServiceUnavailable",
+            Self::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Self::Timeout(_) => "Timeout",
             Self::Unauthorized(_) => "Unauthorized",
             Self::Forbidden(_) => "Forbidden",
@@ -113,6 +125,11 @@ impl ApiError {
                 ),
                 ..StatusDetails::default()
             }),
+            Self::TooManyRequests { retry_after, .. }
+            | Self::ServiceUnavailable { retry_after, .. } => Some(StatusDetails {
+                retry_after_seconds: Some(i32::try_from(*retry_after).unwrap_or(i32::MAX)),
+                ..StatusDetails::default()
+            }),
             _ => None,
         };
         let message = match self {
@@ -133,11 +150,20 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.code(), Json(self.to_status())).into_response();
-        if matches!(self, Self::Unauthorized(_)) {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"kplug\""),
-            );
+        match &self {
+            Self::Unauthorized(_) => {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"kplug\""),
+                );
+            }
+            Self::TooManyRequests { retry_after, .. }
+            | Self::ServiceUnavailable { retry_after, .. } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            _ => {}
         }
         response
     }

@@ -7,6 +7,7 @@
 
 mod declaration;
 mod history;
+mod select;
 
 use std::collections::{BTreeMap, btree_map};
 use std::ops::Bound;
@@ -21,6 +22,7 @@ use tokio::sync::broadcast;
 
 pub use declaration::Declaration;
 pub use history::Expired;
+pub use select::{SelectError, compare_versions};
 use history::History;
 
 use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginStatus};

@@ -21,6 +21,7 @@ use crate::api::{self, AppState, openapi::OpenApi};
 use crate::auth;
 use crate::config::StandaloneConfig;
 use crate::heartbeat::HeartbeatService;
+use crate::proxy::Proxy;
 use crate::registry::Registry;
 
 /// How often expired registrations are collected. Well under the shortest
@@ -86,9 +87,12 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let tls = tls::server_config(&local.serving.cert, &local.serving.key, &local.ca_pem)?;
 
     let registry = Arc::new(Registry::new((&config.registry).into()));
+    let proxy = Arc::new(Proxy::new((&config.proxy).into()));
     let state = AppState {
         registry: registry.clone(),
+        proxy: proxy.clone(),
         watch: (&config.watch).into(),
+        reconcile: (&config.proxy).into(),
     };
     let openapi = Arc::new(OpenApi::new()?);
     let (stop, stopped) = watch::channel(false);
@@ -102,6 +106,7 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
                 let _ = grpc_stopped.changed().await;
             }),
     );
+    let forget_task = tokio::spawn(proxy.forget_departed(registry.clone()));
     let sweep_task = tokio::spawn(sweep(registry, stopped));
 
     tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug standalone is serving");
@@ -116,6 +121,7 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let _ = stop.send(true);
     let _ = https_task.await;
     let _ = sweep_task.await;
+    forget_task.abort();
     match grpc_task.await {
         Ok(result) => result.context("gRPC server")?,
         Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),

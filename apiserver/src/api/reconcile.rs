@@ -1,0 +1,426 @@
+//! Delegation: `plugins/{name}/reconcile` and `reconciles`, which forward a
+//! Reconcile to a plugin over gRPC and answer with its outcome.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use kplug_proto::v1alpha1 as proto;
+use serde::Deserialize;
+use tracing::Instrument;
+
+use super::AppState;
+use super::plugins::json_response;
+use super::status::ApiError;
+use crate::proxy::ProxyError;
+use crate::registry::SelectError;
+use crate::v1alpha1::{
+    API_VERSION, ExtensionStatus, ObjectRef, Operation, Plugin, PluginRef, Reconcile,
+    ReconcileResult, ReconcileStatus, ResultCondition, Selection,
+};
+
+/// Query parameters of a create.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateQuery {
+    dry_run: Option<String>,
+    field_validation: Option<String>,
+}
+
+/// What to do with fields this server does not know (`?fieldValidation=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// Limits of reconcile requests.
+#[derive(Clone, Debug)]
+pub struct ReconcileSettings {
+    /// Used when a request sets no `spec.timeoutSeconds`.
+    pub default_timeout: Duration,
+    /// The largest `spec.timeoutSeconds` accepted.
+    pub max_timeout: Duration,
+    /// Larger bodies get `413`.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(300),
+            max_body_bytes: 3 << 20,
+        }
+    }
+}
+
+/// Retry-After for a plugin that is not Ready or unreachable: about one
+/// heartbeat interval, when a new registration may have arrived.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::Invalid {
+        name: String::new(),
+        message: format!("Reconcile.plugins.kplug.io is invalid: {field}: {message}"),
+        causes: vec![(field.to_owned(), message)],
+    }
+}
+
+/// Decodes and checks the request body.
+fn decode(
+    headers: &HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+    max_body_bytes: usize,
+) -> Result<(Reconcile, Vec<String>), ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::RequestEntityTooLarge(max_body_bytes),
+        _ => ApiError::BadRequest(e.body_text()),
+    })?;
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let essence = content_type
+            .to_str()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if essence != "application/json" {
+            return Err(ApiError::UnsupportedMediaType("application/json".to_owned()));
+        }
+    }
+    let validation = match query.field_validation.as_deref() {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some("Strict") => FieldValidation::Strict,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
+            )));
+        }
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(&body);
+    let mut reconcile: Reconcile =
+        serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "spec.operation" {
+                invalid(
+                    "spec.operation",
+                    "Unsupported value: supported values: \"Reconcile\", \"Finalize\"",
+                )
+            } else {
+                ApiError::BadRequest(format!("decoding the Reconcile at {path}: {}", e.inner()))
+            }
+        })?;
+    let unknown: Vec<String> = reconcile
+        .unknown
+        .keys()
+        .map(|k| k.clone())
+        .chain(reconcile.spec.unknown.keys().map(|k| format!("spec.{k}")))
+        .collect();
+    let warnings = match validation {
+        FieldValidation::Strict if !unknown.is_empty() => {
+            return Err(ApiError::BadRequest(format!(
+                "strict decoding error: {}",
+                unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        FieldValidation::Warn => unknown.iter().map(|f| format!("unknown field {f:?}")).collect(),
+        _ => Vec::new(),
+    };
+    match query.dry_run.as_deref() {
+        None | Some("") => {}
+        Some("All") => reconcile.spec.dry_run = true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    }
+    Ok((reconcile, warnings))
+}
+
+/// Checks that `value` is a Kubernetes object with apiVersion, kind and a name.
+fn check_object(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
+    if !value.is_object() {
+        return Err(invalid(field, "Required value: a Kubernetes object"));
+    }
+    for key in ["apiVersion", "kind"] {
+        if !value[key].as_str().is_some_and(|s| !s.is_empty()) {
+            return Err(invalid(&format!("{field}.{key}"), "Required value"));
+        }
+    }
+    if !value["metadata"]["name"].as_str().is_some_and(|s| !s.is_empty()) {
+        return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
+    }
+    Ok(())
+}
+
+fn validate(reconcile: &Reconcile, settings: &ReconcileSettings) -> Result<Duration, ApiError> {
+    if !reconcile.api_version.is_empty() && reconcile.api_version != API_VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "apiVersion {:?} is not {API_VERSION}",
+            reconcile.api_version
+        )));
+    }
+    if !reconcile.kind.is_empty() && reconcile.kind != Reconcile::KIND {
+        return Err(ApiError::BadRequest(format!(
+            "kind {:?} is not {}",
+            reconcile.kind,
+            Reconcile::KIND
+        )));
+    }
+    let spec = &reconcile.spec;
+    check_object("spec.object", &spec.object)?;
+    for (i, extension) in spec.extensions.iter().enumerate() {
+        check_object(&format!("spec.extensions[{i}]"), extension)?;
+    }
+    let max = settings.max_timeout.as_secs();
+    match spec.timeout_seconds {
+        None => Ok(settings.default_timeout),
+        Some(seconds) => match u64::try_from(seconds) {
+            Ok(s) if (1..=max).contains(&s) => Ok(Duration::from_secs(s)),
+            _ => Err(invalid(
+                "spec.timeoutSeconds",
+                format!("Invalid value: {seconds}: must be between 1 and {max}"),
+            )),
+        },
+    }
+}
+
+fn select_error(error: SelectError) -> ApiError {
+    match error {
+        SelectError::NotFound(name) => ApiError::plugin_not_found(&name),
+        SelectError::WrongApi { .. } => invalid("spec.api", error.to_string()),
+        SelectError::NotReady { .. } | SelectError::NoneReady(_) => ApiError::ServiceUnavailable {
+            message: error.to_string(),
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+    }
+}
+
+fn proxy_error(error: ProxyError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        ProxyError::Busy { .. } => ApiError::TooManyRequests {
+            message,
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+        ProxyError::Unavailable { .. } => ApiError::ServiceUnavailable {
+            message,
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+        ProxyError::DeadlineExceeded { .. } => ApiError::Timeout(message),
+        ProxyError::Rejected { .. } => invalid("spec.object", message),
+        ProxyError::Unimplemented { .. } => ApiError::BadRequest(message),
+        ProxyError::Failed { .. } | ProxyError::InvalidAddress { .. } => ApiError::Internal(message),
+    }
+}
+
+fn check_capability(plugin: &Plugin, operation: Operation, dry_run: bool) -> Result<(), ApiError> {
+    let capabilities = &plugin.spec.protocol.capabilities;
+    // A plugin that declares no capabilities is assumed to handle everything.
+    if capabilities.is_empty() {
+        return Ok(());
+    }
+    let needed = [Some(operation.as_str()), dry_run.then_some("DryRun")];
+    for capability in needed.into_iter().flatten() {
+        if !capabilities.iter().any(|c| c == capability) {
+            return Err(ApiError::BadRequest(format!(
+                "plugin {} does not support {capability} (it declares: {})",
+                plugin.name(),
+                capabilities.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn parse_json(plugin: &str, what: &str, bytes: &[u8]) -> Result<Option<serde_json::Value>, ApiError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes).map(Some).map_err(|e| {
+        ApiError::Internal(format!("plugin {plugin} returned invalid JSON for {what}: {e}"))
+    })
+}
+
+fn severity(value: i32) -> &'static str {
+    match proto::Severity::try_from(value) {
+        Ok(proto::Severity::Warning) => "Warning",
+        Ok(proto::Severity::Error) => "Error",
+        _ => "Normal",
+    }
+}
+
+fn status(
+    plugin: &Plugin,
+    selection: Selection,
+    operation_id: String,
+    elapsed: Duration,
+    answer: proto::ReconcileResponse,
+) -> Result<ReconcileStatus, ApiError> {
+    let name = plugin.name();
+    let extension_statuses = answer
+        .extension_statuses
+        .into_iter()
+        .map(|e| {
+            let reference = e.r#ref.unwrap_or_default();
+            Ok(ExtensionStatus {
+                reference: ObjectRef {
+                    api_version: reference.api_version,
+                    kind: reference.kind,
+                    namespace: reference.namespace,
+                    name: reference.name,
+                },
+                status: parse_json(name, "an extension status", &e.status)?.unwrap_or_default(),
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(ReconcileStatus {
+        plugin: PluginRef {
+            name: name.to_owned(),
+            version: plugin.spec.version.clone(),
+            implementation: plugin.spec.implementation.clone(),
+        },
+        selection,
+        success: answer.success,
+        results: answer
+            .results
+            .into_iter()
+            .map(|r| ReconcileResult {
+                severity: severity(r.severity).to_owned(),
+                reason: r.reason,
+                message: r.message,
+            })
+            .collect(),
+        conditions: answer
+            .conditions
+            .into_iter()
+            .map(|c| ResultCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        object_status: parse_json(name, "the object status", &answer.object_status)?,
+        extension_statuses,
+        requeue_after_seconds: answer
+            .requeue_after
+            .and_then(|d| Duration::try_from(d).ok())
+            .map(|d| d.as_secs_f64()),
+        operation_id,
+        duration_milliseconds: elapsed.as_secs_f64() * 1000.0,
+    })
+}
+
+/// Selects the plugin, calls it and renders the `201` answer.
+async fn delegate(
+    state: AppState,
+    mut reconcile: Reconcile,
+    warnings: Vec<String>,
+    pinned: Option<&str>,
+) -> Result<Response, ApiError> {
+    let timeout = validate(&reconcile, &state.reconcile)?;
+    let spec = &reconcile.spec;
+    let (plugin, selection) = state
+        .registry
+        .select(
+            spec.api.as_ref(),
+            spec.preferred_implementation.as_deref(),
+            pinned.or(spec.plugin.as_deref()),
+        )
+        .map_err(select_error)?;
+    check_capability(&plugin, spec.operation, spec.dry_run)?;
+    let operation_id = uuid::Uuid::new_v4().to_string();
+    let encode = |value: &serde_json::Value| serde_json::to_vec(value).unwrap_or_default();
+    let request = proto::ReconcileRequest {
+        operation_id: operation_id.clone(),
+        dry_run: spec.dry_run,
+        object: encode(&spec.object),
+        extensions: spec.extensions.iter().map(encode).collect(),
+        timeout: prost_types::Duration::try_from(timeout).ok(),
+    };
+    let span = tracing::info_span!(
+        "reconcile",
+        plugin = %plugin.name(),
+        operation = spec.operation.as_str(),
+        operation_id = %operation_id,
+    );
+    let started = Instant::now();
+    let answer = state
+        .proxy
+        .call(&plugin, spec.operation, request, timeout)
+        .instrument(span.clone())
+        .await;
+    let elapsed = started.elapsed();
+    let answer = answer.map_err(|error| {
+        span.in_scope(|| tracing::warn!(%error, "reconcile failed"));
+        proxy_error(error)
+    })?;
+    span.in_scope(|| tracing::debug!(success = answer.success, ?elapsed, "reconciled"));
+    reconcile.status = Some(status(&plugin, selection, operation_id, elapsed, answer)?);
+    reconcile.api_version = API_VERSION.to_owned();
+    reconcile.kind = Reconcile::KIND.to_owned();
+    let mut response = json_response(&reconcile, "application/json");
+    *response.status_mut() = StatusCode::CREATED;
+    for warning in warnings {
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - {warning:?}")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `POST /apis/plugins.kplug.io/v1alpha1/plugins/{name}/reconcile`
+pub async fn subresource(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (reconcile, warnings) = decode(&headers, query, body, state.reconcile.max_body_bytes)?;
+    if let Some(pinned) = reconcile.spec.plugin.as_deref()
+        && pinned != name
+    {
+        return Err(invalid(
+            "spec.plugin",
+            format!("Invalid value: {pinned:?}: must be empty or {name:?}, the plugin in the path"),
+        ));
+    }
+    delegate(state, reconcile, warnings, Some(&name)).await
+}
+
+/// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the plugin.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (reconcile, warnings) = decode(&headers, query, body, state.reconcile.max_body_bytes)?;
+    if reconcile.spec.plugin.is_none() {
+        match &reconcile.spec.api {
+            None => return Err(invalid("spec.api", "Required value: or name a plugin in spec.plugin")),
+            Some(api) if api.group.is_empty() => return Err(invalid("spec.api.group", "Required value")),
+            Some(api) if api.resource.is_empty() => {
+                return Err(invalid("spec.api.resource", "Required value"));
+            }
+            Some(_) => {}
+        }
+    }
+    delegate(state, reconcile, warnings, None).await
+}

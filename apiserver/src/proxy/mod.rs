@@ -1,0 +1,234 @@
+//! gRPC to plugins: one reused HTTP/2 channel per plugin address, a bound
+//! on in-flight calls per plugin, deadlines, and honest failure kinds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::plugin_client::PluginClient;
+use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::registry::{EventType, Registry};
+use crate::v1alpha1::{Operation, Plugin};
+
+/// Tunables of the proxy.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Calls beyond this many in flight to one plugin are refused (429).
+    pub max_in_flight: usize,
+    /// Largest message accepted from or sent to a plugin.
+    pub max_message_bytes: usize,
+    /// How long to wait for a TCP connection to a plugin.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 256,
+            max_message_bytes: 4 << 20,
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a call did not produce the plugin's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    #[error("plugin {plugin} already has {limit} calls in flight")]
+    Busy { plugin: String, limit: usize },
+    #[error("plugin {plugin} at {address} is unavailable: {detail}")]
+    Unavailable {
+        plugin: String,
+        address: String,
+        detail: String,
+    },
+    #[error("plugin {plugin} did not answer within {timeout:?}")]
+    DeadlineExceeded { plugin: String, timeout: Duration },
+    #[error("plugin {plugin} rejected the request: {message}")]
+    Rejected { plugin: String, message: String },
+    #[error("plugin {plugin} does not implement {operation}")]
+    Unimplemented { plugin: String, operation: String },
+    #[error("plugin {plugin} failed ({code:?}): {message}")]
+    Failed {
+        plugin: String,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("plugin {plugin} has an invalid address {address:?}: {detail}")]
+    InvalidAddress {
+        plugin: String,
+        address: String,
+        detail: String,
+    },
+}
+
+#[derive(Clone)]
+struct Upstream {
+    client: PluginClient<Channel>,
+    in_flight: Arc<Semaphore>,
+}
+
+/// Calls plugins on behalf of API requests.
+pub struct Proxy {
+    config: ProxyConfig,
+    upstreams: Mutex<HashMap<String, Upstream>>,
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig) -> Self {
+        Self {
+            config,
+            upstreams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    fn upstream(&self, plugin: &Plugin) -> Result<Upstream, ProxyError> {
+        let address = &plugin.spec.address;
+        let mut upstreams = self.upstreams.lock();
+        if let Some(upstream) = upstreams.get(address) {
+            return Ok(upstream.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| {
+            ProxyError::InvalidAddress {
+                plugin: plugin.name().to_owned(),
+                address: address.clone(),
+                detail: e.to_string(),
+            }
+        })?;
+        let channel = endpoint
+            .connect_timeout(self.config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .connect_lazy();
+        let upstream = Upstream {
+            client: PluginClient::new(channel)
+                .max_decoding_message_size(self.config.max_message_bytes)
+                .max_encoding_message_size(self.config.max_message_bytes),
+            in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+        };
+        upstreams.insert(address.clone(), upstream.clone());
+        Ok(upstream)
+    }
+
+    /// Drops the channel to `address`.
+    pub fn forget(&self, address: &str) {
+        self.upstreams.lock().remove(address);
+    }
+
+    /// How many plugin channels are open.
+    pub fn channels(&self) -> usize {
+        self.upstreams.lock().len()
+    }
+
+    /// Calls `operation` on `plugin`, waiting at most `timeout`.
+    pub async fn call(
+        &self,
+        plugin: &Plugin,
+        operation: Operation,
+        request: ReconcileRequest,
+        timeout: Duration,
+    ) -> Result<ReconcileResponse, ProxyError> {
+        let name = plugin.name().to_owned();
+        let upstream = self.upstream(plugin)?;
+        let _permit = upstream
+            .in_flight
+            .try_acquire()
+            .map_err(|_| ProxyError::Busy {
+                plugin: name.clone(),
+                limit: self.config.max_in_flight,
+            })?;
+        let mut client = upstream.client;
+        let mut grpc_request = tonic::Request::new(request);
+        // Tells the plugin its deadline (grpc-timeout); the local timeout
+        // below also covers a plugin that ignores it.
+        grpc_request.set_timeout(timeout);
+        let call = async {
+            match operation {
+                Operation::Reconcile => client.reconcile(grpc_request).await,
+                Operation::Finalize => client.finalize(grpc_request).await,
+            }
+        };
+        let answer = tokio::time::timeout(timeout, call).await.map_err(|_| {
+            ProxyError::DeadlineExceeded {
+                plugin: name.clone(),
+                timeout,
+            }
+        })?;
+        answer
+            .map(tonic::Response::into_inner)
+            .map_err(|status| classify(&name, &plugin.spec.address, operation, timeout, status))
+    }
+
+    /// Drops channels of plugins that leave the registry, until the
+    /// registry's event feed closes.
+    pub async fn forget_departed(self: Arc<Self>, registry: Arc<Registry>) {
+        let Ok(start) = registry.watch(Some(registry.resource_version())) else {
+            return;
+        };
+        let mut feed = start.feed;
+        loop {
+            match feed.recv().await {
+                Ok(event) if event.event_type == EventType::Deleted => {
+                    self.forget(&event.object.spec.address);
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Missed deletions: keep only channels of live plugins.
+                    let live: std::collections::HashSet<String> = registry
+                        .list(None, |_| true)
+                        .items
+                        .iter()
+                        .map(|i| i.object.spec.address.clone())
+                        .collect();
+                    self.upstreams.lock().retain(|address, _| live.contains(address));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+}
+
+fn classify(
+    plugin: &str,
+    address: &str,
+    operation: Operation,
+    timeout: Duration,
+    status: tonic::Status,
+) -> ProxyError {
+    let plugin = plugin.to_owned();
+    match status.code() {
+        tonic::Code::DeadlineExceeded => ProxyError::DeadlineExceeded { plugin, timeout },
+        // A refused connection, or one that broke mid-call (the plugin
+        // crashed): both mean "not now", never a success.
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+            ProxyError::Unavailable {
+                plugin,
+                address: address.to_owned(),
+                detail: status.message().to_owned(),
+            }
+        }
+        tonic::Code::InvalidArgument => ProxyError::Rejected {
+            plugin,
+            message: status.message().to_owned(),
+        },
+        tonic::Code::Unimplemented => ProxyError::Unimplemented {
+            plugin,
+            operation: operation.as_str().to_owned(),
+        },
+        tonic::Code::ResourceExhausted => ProxyError::Busy { plugin, limit: 0 },
+        code => ProxyError::Failed {
+            plugin,
+            code,
+            message: status.message().to_owned(),
+        },
+    }
+}

@@ -1,0 +1,163 @@
+//! Server-side selection: which live plugin serves a request.
+//!
+//! The rules, in order (documented in the README, never random):
+//! 1. `plugin` names one: that plugin (reason `Requested`).
+//! 2. Among Ready plugins serving the API, those whose implementation
+//!    matches `preferredImplementation` case-insensitively (reason
+//!    `PreferredImplementation`).
+//! 3. Otherwise all Ready plugins serving the API (reason `Fallback`).
+//!
+//! Within a set, the highest version wins, then the smallest name.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use super::Registry;
+use crate::v1alpha1::{ApiSelector, Plugin, Selection, SelectionReason};
+
+/// Why no plugin could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    #[error("plugin {0:?} not found")]
+    NotFound(String),
+    #[error("plugin {name:?} is not Ready: {why}")]
+    NotReady { name: String, why: String },
+    #[error("plugin {name:?} serves {serves}, not {asked}")]
+    WrongApi {
+        name: String,
+        serves: String,
+        asked: String,
+    },
+    #[error("no Ready plugin serves {0}")]
+    NoneReady(String),
+}
+
+/// Orders versions numerically by dot-separated parts ("1.10.0" > "1.9.2"),
+/// falling back to text for parts that are not numbers.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    let parts = |v: &str| -> Vec<String> {
+        v.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .map(str::to_owned)
+            .collect()
+    };
+    let (a, b) = (parts(a), parts(b));
+    for (x, y) in a.iter().zip(&b) {
+        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+            (Ok(x), Ok(y)) => x.cmp(&y),
+            _ => x.cmp(y),
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Highest version first, then smallest name.
+fn best(candidates: impl Iterator<Item = Arc<Plugin>>) -> Option<Arc<Plugin>> {
+    candidates.min_by(|a, b| {
+        compare_versions(&b.spec.version, &a.spec.version).then_with(|| a.name().cmp(b.name()))
+    })
+}
+
+fn not_ready_reason(plugin: &Plugin) -> String {
+    plugin
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::v1alpha1::CONDITION_READY)
+        .map_or_else(|| "no Ready condition".to_owned(), |c| c.message.clone())
+}
+
+impl Registry {
+    /// The plugin a request should go to, and why.
+    pub fn select(
+        &self,
+        api: Option<&ApiSelector>,
+        preferred: Option<&str>,
+        pinned: Option<&str>,
+    ) -> Result<(Arc<Plugin>, Selection), SelectError> {
+        if let Some(name) = pinned {
+            let plugin = self
+                .get(name)
+                .ok_or_else(|| SelectError::NotFound(name.to_owned()))?;
+            if let Some(api) = api
+                && !api.matches(&plugin.spec.api)
+            {
+                return Err(SelectError::WrongApi {
+                    name: name.to_owned(),
+                    serves: plugin.spec.api.qualified_resource(),
+                    asked: api.qualified_resource(),
+                });
+            }
+            if !plugin.is_ready() {
+                return Err(SelectError::NotReady {
+                    name: name.to_owned(),
+                    why: not_ready_reason(&plugin),
+                });
+            }
+            let selection = Selection {
+                reason: SelectionReason::Requested,
+                message: format!("plugin {name} was requested by name"),
+            };
+            return Ok((plugin, selection));
+        }
+        let Some(api) = api else {
+            return Err(SelectError::NoneReady("an unspecified API".to_owned()));
+        };
+        let ready: Vec<Arc<Plugin>> = self
+            .list(None, |p| p.is_ready() && api.matches(&p.spec.api))
+            .items
+            .into_iter()
+            .map(|item| item.object)
+            .collect();
+        if let Some(preferred) = preferred.filter(|p| !p.is_empty()) {
+            let matching = ready
+                .iter()
+                .filter(|p| p.spec.implementation.eq_ignore_ascii_case(preferred))
+                .cloned();
+            if let Some(plugin) = best(matching) {
+                let selection = Selection {
+                    reason: SelectionReason::PreferredImplementation,
+                    message: format!(
+                        "{} is the preferred implementation and has a Ready plugin",
+                        plugin.spec.implementation
+                    ),
+                };
+                return Ok((plugin, selection));
+            }
+        }
+        let plugin = best(ready.into_iter())
+            .ok_or_else(|| SelectError::NoneReady(api.qualified_resource()))?;
+        let preference = match preferred.filter(|p| !p.is_empty()) {
+            Some(preferred) => format!("no Ready plugin implements {preferred}; "),
+            None => String::new(),
+        };
+        let selection = Selection {
+            reason: SelectionReason::Fallback,
+            message: format!(
+                "{preference}chose {} ({}) by highest version, then name",
+                plugin.name(),
+                plugin.spec.implementation
+            ),
+        };
+        Ok((plugin, selection))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cmp::Ordering;
+
+    use super::compare_versions;
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert_eq!(compare_versions("1.10.0", "1.9.2"), Ordering::Greater);
+        assert_eq!(compare_versions("v2", "1.99"), Ordering::Greater);
+        assert_eq!(compare_versions("1.0", "1.0.0"), Ordering::Less);
+        assert_eq!(compare_versions("1.0.0", "1.0.0"), Ordering::Equal);
+        assert_eq!(compare_versions("1.0.0-beta", "1.0.0-alpha"), Ordering::Greater);
+    }
+}
