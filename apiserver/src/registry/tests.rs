@@ -332,3 +332,122 @@ fn intervals_are_clamped() {
         Duration::from_secs(300)
     );
 }
+
+mod selection {
+    use super::*;
+    use crate::v1alpha1::{ApiSelector, SelectionReason};
+
+    fn plugin(name: &str, implementation: &str, version: &str, port: u16) -> Declaration {
+        Declaration {
+            implementation: implementation.to_owned(),
+            version: version.to_owned(),
+            address: format!("127.0.0.1:{port}"),
+            ..declaration(name)
+        }
+    }
+
+    fn tables() -> ApiSelector {
+        ApiSelector {
+            group: "myorg.org".to_owned(),
+            resource: "databasetables".to_owned(),
+            version: String::new(),
+        }
+    }
+
+    fn registry_with(plugins: &[Declaration]) -> Registry {
+        let registry = Registry::new(config());
+        for p in plugins {
+            registry.heartbeat(p.clone(), t0()).expect("accepted");
+        }
+        registry
+    }
+
+    fn chosen(registry: &Registry, preferred: Option<&str>) -> (String, SelectionReason) {
+        let (plugin, selection) = registry
+            .select(Some(&tables()), preferred, None)
+            .expect("selected");
+        (plugin.name().to_owned(), selection.reason)
+    }
+
+    #[test]
+    fn the_preferred_implementation_wins_case_insensitively() {
+        let registry = registry_with(&[
+            plugin("pg", "PostgreSQL", "2.0.0", 1),
+            plugin("maria", "MariaDB", "1.0.0", 2),
+        ]);
+        assert_eq!(
+            chosen(&registry, Some("mariadb")),
+            ("maria".to_owned(), SelectionReason::PreferredImplementation)
+        );
+    }
+
+    #[test]
+    fn without_the_preferred_one_the_fallback_is_highest_version_then_name() {
+        let registry = registry_with(&[
+            plugin("b-pg", "PostgreSQL", "1.10.0", 1),
+            plugin("a-pg", "PostgreSQL", "1.10.0", 2),
+            plugin("old", "PostgreSQL", "1.9.9", 3),
+        ]);
+        assert_eq!(
+            chosen(&registry, Some("MariaDB")),
+            ("a-pg".to_owned(), SelectionReason::Fallback)
+        );
+        assert_eq!(
+            chosen(&registry, None),
+            ("a-pg".to_owned(), SelectionReason::Fallback)
+        );
+        let (_, selection) = registry
+            .select(Some(&tables()), Some("MariaDB"), None)
+            .expect("selected");
+        assert!(
+            selection
+                .message
+                .contains("no Ready plugin implements MariaDB"),
+            "{}",
+            selection.message
+        );
+    }
+
+    #[test]
+    fn plugins_that_are_not_ready_or_serve_another_api_are_never_chosen() {
+        let mut other_api = plugin("other", "MariaDB", "9.0.0", 1);
+        other_api.api.resource = "queues".to_owned();
+        let registry = registry_with(&[other_api, plugin("late", "MariaDB", "1.0.0", 2)]);
+        registry.sweep(t0() + secs(10)); // "late" misses two intervals
+        assert_eq!(
+            registry
+                .select(Some(&tables()), Some("MariaDB"), None)
+                .err(),
+            Some(SelectError::NoneReady(
+                "databasetables.myorg.org".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_pinned_plugin_must_exist_be_ready_and_serve_the_api() {
+        let mut queue = plugin("queue", "Rabbit", "1.0.0", 1);
+        queue.api.resource = "queues".to_owned();
+        let registry = registry_with(&[plugin("pg", "PostgreSQL", "1.0.0", 2), queue]);
+        let (plugin, selection) = registry
+            .select(Some(&tables()), Some("MariaDB"), Some("pg"))
+            .expect("pinned");
+        assert_eq!(
+            (plugin.name(), selection.reason),
+            ("pg", SelectionReason::Requested)
+        );
+        assert!(matches!(
+            registry.select(Some(&tables()), None, Some("queue")),
+            Err(SelectError::WrongApi { .. })
+        ));
+        assert_eq!(
+            registry.select(None, None, Some("ghost")).err(),
+            Some(SelectError::NotFound("ghost".to_owned()))
+        );
+        registry.sweep(t0() + secs(10));
+        assert!(matches!(
+            registry.select(None, None, Some("pg")),
+            Err(SelectError::NotReady { .. })
+        ));
+    }
+}
