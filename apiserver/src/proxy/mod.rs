@@ -1,14 +1,14 @@
 //! gRPC to plugins: one reused HTTP/2 channel per plugin address, a bound
 //! on in-flight calls per plugin, deadlines, and honest failure kinds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, broadcast};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::registry::{EventType, Registry};
@@ -169,29 +169,34 @@ impl Proxy {
     }
 
     /// Drops channels of plugins that leave the registry, until the
-    /// registry's event feed closes.
-    pub async fn forget_departed(self: Arc<Self>, registry: Arc<Registry>) {
-        let Ok(start) = registry.watch(Some(registry.resource_version())) else {
-            return;
-        };
-        let mut feed = start.feed;
-        loop {
-            match feed.recv().await {
-                Ok(event) if event.event_type == EventType::Deleted => {
-                    self.forget(&event.object.spec.address);
+    /// registry's event feed closes. Subscribes before returning, so no
+    /// departure after this call is missed.
+    pub fn forget_departed(
+        self: Arc<Self>,
+        registry: Arc<Registry>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let mut feed = registry.subscribe();
+        async move {
+            loop {
+                match feed.recv().await {
+                    Ok(event) if event.event_type == EventType::Deleted => {
+                        self.forget(&event.object.spec.address);
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Missed deletions: keep only channels of live plugins.
+                        let live: HashSet<String> = registry
+                            .list(None, |_| true)
+                            .items
+                            .iter()
+                            .map(|i| i.object.spec.address.clone())
+                            .collect();
+                        self.upstreams
+                            .lock()
+                            .retain(|address, _| live.contains(address));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
                 }
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    // Missed deletions: keep only channels of live plugins.
-                    let live: std::collections::HashSet<String> = registry
-                        .list(None, |_| true)
-                        .items
-                        .iter()
-                        .map(|i| i.object.spec.address.clone())
-                        .collect();
-                    self.upstreams.lock().retain(|address, _| live.contains(address));
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }
     }
@@ -230,5 +235,79 @@ fn classify(
             code,
             message: status.message().to_owned(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::registry::{Declaration, Preconditions, RegistryConfig};
+    use crate::v1alpha1::{PluginApi, Protocol};
+
+    fn declaration(address: &str) -> Declaration {
+        Declaration {
+            name: "gone".to_owned(),
+            version: "1.0.0".to_owned(),
+            api: PluginApi {
+                group: "example.com".to_owned(),
+                resource: "things".to_owned(),
+                version: "v1".to_owned(),
+            },
+            implementation: "Test".to_owned(),
+            address: address.to_owned(),
+            extensions: Vec::new(),
+            labels: BTreeMap::new(),
+            interval: Duration::from_secs(1),
+            protocol: Protocol::default(),
+            registered_by: None,
+        }
+    }
+
+    /// A loopback port with nothing listening.
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(1)
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_plugin_is_unavailable_and_its_channel_goes_with_it() {
+        let registry = Arc::new(Registry::new(RegistryConfig::default()));
+        let proxy = Arc::new(Proxy::new(ProxyConfig::default()));
+        let forget = tokio::spawn(proxy.clone().forget_departed(registry.clone()));
+        let address = format!("127.0.0.1:{}", closed_port());
+        registry
+            .heartbeat(declaration(&address), Timestamp::now())
+            .expect("registered");
+        let plugin = registry.get("gone").expect("plugin");
+
+        let error = proxy
+            .call(
+                &plugin,
+                Operation::Reconcile,
+                ReconcileRequest::default(),
+                Duration::from_secs(5),
+            )
+            .await
+            .expect_err("nothing listens");
+        assert!(matches!(error, ProxyError::Unavailable { .. }), "{error}");
+        assert_eq!(proxy.channels(), 1, "the channel is kept for reuse");
+
+        registry
+            .delete("gone", &Preconditions::default())
+            .expect("deleted");
+        let dropped = tokio::time::timeout(Duration::from_secs(5), async {
+            while proxy.channels() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(dropped.is_ok(), "the channel outlived its plugin");
+        forget.abort();
     }
 }

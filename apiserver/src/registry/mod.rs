@@ -22,8 +22,8 @@ use tokio::sync::broadcast;
 
 pub use declaration::Declaration;
 pub use history::Expired;
-pub use select::{SelectError, compare_versions};
 use history::History;
+pub use select::{SelectError, compare_versions};
 
 use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginStatus};
 
@@ -611,6 +611,11 @@ impl Registry {
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.state.read().resource_version
+    }
+
+    /// Every change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
     }
 
     /// Starts a watch. `since: None` sends every live plugin as ADDED first;
