@@ -44,7 +44,7 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use serde_json::{Map, Value, json};
 
-use crate::v1alpha1::{GROUP, Plugin, VERSION};
+use crate::v1alpha1::{GROUP, Plugin, Reconcile, VERSION};
 
 /// The schemas, in OpenAPI v3 form: a `components` object.
 const SCHEMAS: &str = include_str!("openapi/schemas.json");
@@ -441,7 +441,8 @@ fn query(name: &str, kind: &str, description: &str) -> Value {
     })
 }
 
-/// The operations kplug serves on Plugins, as OpenAPI v3 path items.
+/// The operations kplug serves, as OpenAPI v3 path items: list, watch, get
+/// and delete of Plugins, and the create-only Reconciles.
 fn path_items() -> Vec<(String, Value)> {
     let kind = Plugin::KIND;
     let collection = format!("/apis/{GROUP}/{VERSION}/{}", Plugin::PLURAL);
@@ -449,7 +450,9 @@ fn path_items() -> Vec<(String, Value)> {
     // As kube-apiserver names operations, e.g. listPluginsKplugIoV1alpha1Plugin,
     // and tags them, e.g. pluginsKplugIo_v1alpha1.
     let group = camel_case(GROUP);
-    let ids = |verb: &str| format!("{verb}{group}{}{kind}", camel_case(VERSION));
+    let operation_id =
+        |verb: &str, kind: &str| format!("{verb}{group}{}{kind}", camel_case(VERSION));
+    let ids = |verb: &str| operation_id(verb, kind);
     let mut tag: Vec<char> = group.chars().collect();
     if let Some(first) = tag.first_mut() {
         first.make_ascii_lowercase();
@@ -595,7 +598,118 @@ fn path_items() -> Vec<(String, Value)> {
                 },
             }),
         ),
+        (
+            format!("{collection}/{{name}}/reconcile"),
+            json!({
+                "parameters": [{
+                    "name": "name",
+                    "in": "path",
+                    "description": format!("name of the {kind} to send the Reconcile to"),
+                    "required": true,
+                    "schema": { "type": "string" },
+                }],
+                "post": create_reconcile(
+                    &tags,
+                    &operation_id("create", &format!("{kind}{}", Reconcile::KIND)),
+                    &format!(
+                        "create a {reconcile}: send it to this {kind}, whatever spec.api and \
+                         spec.preferredImplementation say, and answer with the plugin's \
+                         outcome in status",
+                        reconcile = Reconcile::KIND,
+                    ),
+                ),
+            }),
+        ),
+        (
+            format!("/apis/{GROUP}/{VERSION}/{}", Reconcile::PLURAL),
+            json!({
+                "post": create_reconcile(
+                    &tags,
+                    &operation_id("create", Reconcile::KIND),
+                    &format!(
+                        "create a {reconcile}: send it to the {kind} that kplug selects by \
+                         spec.plugin, spec.api and spec.preferredImplementation, and answer \
+                         with the plugin's outcome in status",
+                        reconcile = Reconcile::KIND,
+                    ),
+                ),
+            }),
+        ),
     ]
+}
+
+/// The create operation of Reconciles (both paths): nothing is stored, the
+/// answer is the Reconcile with the plugin's outcome, or a Status.
+fn create_reconcile(tags: &Value, operation_id: &str, description: &str) -> Value {
+    let reconcile = schema_ref(&format!("{SCHEMA_PREFIX}{}", Reconcile::KIND));
+    let failure = |description: &str| {
+        json!({
+            "description": description,
+            "content": { JSON: { "schema": schema_ref(&format!("{META}Status")) } },
+        })
+    };
+    json!({
+        "tags": tags,
+        "description": description,
+        "operationId": operation_id,
+        "parameters": [
+            query(
+                "dryRun",
+                "string",
+                "When present, the plugin is asked to report what it would do without \
+                 changing anything, as with spec.dryRun. The only valid value is All.",
+            ),
+            query(
+                "fieldValidation",
+                "string",
+                "What to do with fields of the Reconcile or of its spec that it does not \
+                 define: Ignore drops them; Warn, the default, drops them with a Warning \
+                 header each; Strict fails the request with 400 Bad Request.",
+            ),
+        ],
+        "requestBody": {
+            "required": true,
+            "content": { JSON: { "schema": reconcile } },
+        },
+        "responses": {
+            "201": {
+                "description": "Created: the Reconcile with the plugin's answer in status \
+                                (status.success tells whether the operation succeeded)",
+                "content": { JSON: { "schema": reconcile } },
+            },
+            "400": failure(
+                "Bad Request: the body or a query parameter cannot be decoded, unknown \
+                 fields with fieldValidation=Strict, or the plugin does not support the \
+                 operation or dry run",
+            ),
+            "401": { "description": "Unauthorized" },
+            "404": failure("Not Found: no Plugin has the requested name"),
+            "413": failure("Request Entity Too Large: the body is larger than the server accepts"),
+            "415": failure("Unsupported Media Type: the body is not application/json"),
+            "422": failure(
+                "Invalid: spec.object or an extension is not a Kubernetes object, \
+                 spec.timeoutSeconds is out of range, spec.api is missing or not served by \
+                 the requested plugin, spec.plugin contradicts the path, or the plugin \
+                 rejected the object",
+            ),
+            "429": failure(
+                "Too Many Requests: the plugin has too many calls in flight; retry after \
+                 Retry-After",
+            ),
+            "500": failure("Internal Error: the plugin call failed, or its answer was invalid"),
+            "503": failure(
+                "Service Unavailable: no Ready plugin serves spec.api, the requested plugin \
+                 is not Ready, or it cannot be reached; retry after Retry-After",
+            ),
+            "504": failure("Gateway Timeout: the plugin did not answer within spec.timeoutSeconds"),
+        },
+        "x-kubernetes-action": "post",
+        "x-kubernetes-group-version-kind": {
+            "group": GROUP,
+            "version": VERSION,
+            "kind": Reconcile::KIND,
+        },
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1442,22 +1556,32 @@ mod tests {
             serde_json::from_slice(&openapi.v3_group_version.body).unwrap();
         assert_eq!(v3.openapi, "3.0.0");
         let schemas = &v3.components.as_ref().unwrap().schemas;
-        for name in ["Plugin", "PluginList", "PluginSpec", "PluginStatus"] {
+        for name in [
+            "Plugin",
+            "PluginList",
+            "PluginSpec",
+            "PluginStatus",
+            "Reconcile",
+            "ReconcileSpec",
+            "ReconcileStatus",
+        ] {
             assert!(
                 schemas.contains_key(&format!("{SCHEMA_PREFIX}{name}")),
                 "{name}"
             );
         }
-        for name in ["ObjectMeta", "ListMeta", "Condition", "Time"] {
+        for name in ["ObjectMeta", "ListMeta", "Condition", "Time", "Status"] {
             assert!(schemas.contains_key(&format!("{META}{name}")), "{name}");
         }
         let collection = "/apis/plugins.kplug.io/v1alpha1/plugins";
         assert!(v3.paths.paths.contains_key(collection));
-        assert!(
-            v3.paths
-                .paths
-                .contains_key(&format!("{collection}/{{name}}"))
-        );
+        for path in [
+            format!("{collection}/{{name}}"),
+            format!("{collection}/{{name}}/reconcile"),
+            "/apis/plugins.kplug.io/v1alpha1/reconciles".to_owned(),
+        ] {
+            assert!(v3.paths.paths.contains_key(&path), "{path}");
+        }
 
         let v2 = v2_json(&openapi);
         assert_eq!(v2["swagger"], "2.0");
@@ -1510,7 +1634,11 @@ mod tests {
         let openapi = openapi();
         let v3 = v3_json(&openapi);
         let v2 = v2_json(&openapi);
-        for (kind, name) in [("Plugin", "Plugin"), ("PluginList", "PluginList")] {
+        for (kind, name) in [
+            ("Plugin", "Plugin"),
+            ("PluginList", "PluginList"),
+            ("Reconcile", "Reconcile"),
+        ] {
             let name = format!("{SCHEMA_PREFIX}{name}");
             let expected = json!([gvk(kind)]);
             assert_eq!(
@@ -1532,6 +1660,318 @@ mod tests {
                     "{method} {path}"
                 );
             }
+        }
+        for path in ["plugins/{name}/reconcile", "reconciles"] {
+            let path = format!("/apis/{GROUP}/{VERSION}/{path}");
+            for document in [&v3, &v2] {
+                assert_eq!(
+                    document["paths"][&path]["post"]["x-kubernetes-group-version-kind"],
+                    gvk("Reconcile"),
+                    "post {path}"
+                );
+            }
+        }
+        // Only the kinds carry one: kubectl explain must find a single schema.
+        let carriers: Vec<&String> = object_at(&v3, &["components", "schemas"])
+            .iter()
+            .filter(|(_, schema)| schema.get("x-kubernetes-group-version-kind").is_some())
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(carriers.len(), 3, "{carriers:?}");
+    }
+
+    #[test]
+    fn reconciles_are_created_by_post() {
+        let openapi = openapi();
+        let v3 = v3_json(&openapi);
+        let v2 = v2_json(&openapi);
+        let reconcile = format!("{SCHEMA_PREFIX}Reconcile");
+        let status = format!("{META}Status");
+        for (path, id) in [
+            (
+                "plugins/{name}/reconcile",
+                "createPluginsKplugIoV1alpha1PluginReconcile",
+            ),
+            ("reconciles", "createPluginsKplugIoV1alpha1Reconcile"),
+        ] {
+            let path = format!("/apis/{GROUP}/{VERSION}/{path}");
+            let item = v2["paths"][&path].as_object().unwrap();
+            let methods: Vec<&String> = item.keys().filter(|k| *k != "parameters").collect();
+            assert_eq!(methods, ["post"], "{path}");
+            let post = &item["post"];
+            assert_eq!(post["operationId"], id);
+            assert_eq!(post["x-kubernetes-action"], "post");
+            assert_eq!(post["consumes"], json!([JSON]));
+            assert_eq!(post["produces"], json!([JSON]));
+            let parameters = post["parameters"].as_array().unwrap();
+            let body = parameters.iter().find(|p| p["in"] == "body").unwrap();
+            assert_eq!(body["required"], true);
+            assert_eq!(body["schema"]["$ref"], format!("#/definitions/{reconcile}"));
+            for name in ["dryRun", "fieldValidation"] {
+                let query = parameters.iter().find(|p| p["name"] == name).unwrap();
+                assert_eq!(query["in"], "query", "{name}");
+                assert_eq!(query["type"], "string", "{name}");
+            }
+
+            let responses = post["responses"].as_object().unwrap();
+            let codes: Vec<&str> = responses.keys().map(String::as_str).collect();
+            assert_eq!(
+                codes,
+                [
+                    "201", "400", "401", "404", "413", "415", "422", "429", "500", "503", "504"
+                ]
+            );
+            assert_eq!(
+                responses["201"]["schema"]["$ref"],
+                format!("#/definitions/{reconcile}")
+            );
+            for (code, response) in responses {
+                assert!(response["description"].is_string(), "{code}");
+                if code.starts_with(['4', '5']) && code != "401" {
+                    assert_eq!(
+                        response["schema"]["$ref"],
+                        format!("#/definitions/{status}"),
+                        "{code}"
+                    );
+                }
+            }
+            // And in v3, the same with content types.
+            let post = &v3["paths"][&path]["post"];
+            assert_eq!(
+                post["requestBody"]["content"][JSON]["schema"]["$ref"],
+                format!("{V3_SCHEMA_REF}{reconcile}")
+            );
+            assert_eq!(
+                post["responses"]["503"]["content"][JSON]["schema"]["$ref"],
+                format!("{V3_SCHEMA_REF}{status}")
+            );
+        }
+        let subresource = format!("/apis/{GROUP}/{VERSION}/plugins/{{name}}/reconcile");
+        let name = &v2["paths"][&subresource]["parameters"][0];
+        assert_eq!(name["in"], "path");
+        assert_eq!(name["required"], true);
+    }
+
+    /// The objects a Reconcile carries are whatever the plugin's API
+    /// defines: their schemas keep every field instead of pruning.
+    #[test]
+    fn embedded_objects_are_free_form() {
+        let openapi = openapi();
+        for (document, defs) in [
+            (v3_json(&openapi), "/components/schemas"),
+            (v2_json(&openapi), "/definitions"),
+        ] {
+            for (schema, field, embedded) in [
+                ("ReconcileSpec", "/properties/object", true),
+                ("ReconcileSpec", "/properties/extensions/items", true),
+                ("ReconcileStatus", "/properties/objectStatus", false),
+                ("ExtensionStatus", "/properties/status", false),
+            ] {
+                let at = format!("{defs}/{SCHEMA_PREFIX}{schema}{field}");
+                let value = document.pointer(&at).unwrap();
+                assert_eq!(value["type"], "object", "{at}");
+                assert_eq!(value["x-kubernetes-preserve-unknown-fields"], true, "{at}");
+                assert!(value.get("properties").is_none(), "{at}");
+                assert_eq!(
+                    value.get("x-kubernetes-embedded-resource").is_some(),
+                    embedded,
+                    "{at}"
+                );
+            }
+            let spec = document
+                .pointer(&format!("{defs}/{SCHEMA_PREFIX}ReconcileSpec/properties"))
+                .unwrap();
+            let timeout = &spec["timeoutSeconds"];
+            assert_eq!(
+                (
+                    &timeout["minimum"],
+                    &timeout["maximum"],
+                    &timeout["default"]
+                ),
+                (&json!(1), &json!(300), &json!(30))
+            );
+            assert_eq!(spec["operation"]["enum"], json!(["Reconcile", "Finalize"]));
+        }
+    }
+
+    /// The schemas follow the Rust types: every field a Reconcile
+    /// serialises to is described, enums list every variant, and required
+    /// fields are always there.
+    #[test]
+    fn reconcile_schema_follows_the_rust_types() {
+        use crate::v1alpha1::{
+            ApiSelector, ExtensionStatus, ObjectRef, Operation, PluginRef, ReconcileResult,
+            ReconcileSpec, ReconcileStatus, ResultCondition, Selection, SelectionReason,
+        };
+
+        let v3 = v3_json(&openapi());
+        let schemas = object_at(&v3, &["components", "schemas"]);
+        let object = json!({
+            "apiVersion": "example.com/v1", "kind": "Thing",
+            "metadata": { "name": "a" }, "spec": { "any": [1, { "deep": null }] },
+        });
+        let full = Reconcile {
+            api_version: crate::v1alpha1::API_VERSION.to_owned(),
+            kind: Reconcile::KIND.to_owned(),
+            metadata: Default::default(),
+            spec: ReconcileSpec {
+                operation: Operation::Finalize,
+                dry_run: true,
+                timeout_seconds: Some(10),
+                object: object.clone(),
+                extensions: vec![object.clone()],
+                api: Some(ApiSelector {
+                    group: "example.com".into(),
+                    resource: "things".into(),
+                    version: "v1".into(),
+                }),
+                preferred_implementation: Some("Impl".into()),
+                plugin: Some("p".into()),
+                unknown: Default::default(),
+            },
+            status: Some(ReconcileStatus {
+                plugin: PluginRef {
+                    name: "p".into(),
+                    version: "1.0.0".into(),
+                    implementation: "Impl".into(),
+                },
+                selection: Selection {
+                    reason: SelectionReason::Fallback,
+                    message: "m".into(),
+                },
+                success: true,
+                results: vec![ReconcileResult {
+                    severity: "Warning".into(),
+                    reason: "R".into(),
+                    message: "m".into(),
+                }],
+                conditions: vec![ResultCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: "R".into(),
+                    message: "m".into(),
+                }],
+                object_status: Some(json!({ "phase": "Ready" })),
+                extension_statuses: vec![ExtensionStatus {
+                    reference: ObjectRef {
+                        api_version: "example.com/v1".into(),
+                        kind: "Ext".into(),
+                        namespace: "ns".into(),
+                        name: "e".into(),
+                    },
+                    status: json!({ "ok": true }),
+                }],
+                requeue_after_seconds: Some(1.5),
+                operation_id: "id".into(),
+                duration_milliseconds: 2.0,
+            }),
+            unknown: Default::default(),
+        };
+        let minimal = Reconcile {
+            status: Some(ReconcileStatus::default()),
+            ..Reconcile::default()
+        };
+
+        /// Checks `value` against `schema`: known fields, required ones
+        /// present, enum values listed. Returns the fields seen.
+        fn walk(
+            schemas: &Map<String, Value>,
+            schema: &Value,
+            value: &Value,
+            at: &str,
+            seen: &mut Vec<String>,
+        ) {
+            let schema = match schema
+                .get("$ref")
+                .or_else(|| schema.pointer("/allOf/0/$ref"))
+                .and_then(Value::as_str)
+            {
+                Some(reference) => &schemas[reference.strip_prefix(V3_SCHEMA_REF).unwrap()],
+                None => schema,
+            };
+            if schema["x-kubernetes-preserve-unknown-fields"] == true {
+                return;
+            }
+            if let Some(allowed) = schema["enum"].as_array() {
+                assert!(allowed.contains(value), "{at}: {value} not in {allowed:?}");
+            }
+            match value {
+                Value::Object(fields) => {
+                    for required in schema["required"].as_array().into_iter().flatten() {
+                        let required = required.as_str().unwrap();
+                        assert!(fields.contains_key(required), "{at}.{required} missing");
+                    }
+                    for (name, field) in fields {
+                        let at = format!("{at}.{name}");
+                        let property = schema["properties"]
+                            .get(name)
+                            .unwrap_or_else(|| panic!("{at} is not in the schema"));
+                        seen.push(at.clone());
+                        walk(schemas, property, field, &at, seen);
+                    }
+                }
+                Value::Array(items) => {
+                    for item in items {
+                        walk(schemas, &schema["items"], item, &format!("{at}[]"), seen);
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        let root = &schemas[&format!("{SCHEMA_PREFIX}Reconcile")];
+        let mut seen = Vec::new();
+        walk(
+            schemas,
+            root,
+            &serde_json::to_value(&full).unwrap(),
+            "",
+            &mut seen,
+        );
+        assert!(seen.contains(&".status.extensionStatuses[].ref.namespace".to_owned()));
+        walk(
+            schemas,
+            root,
+            &serde_json::to_value(&minimal).unwrap(),
+            "",
+            &mut Vec::new(),
+        );
+        for operation in [Operation::Reconcile, Operation::Finalize] {
+            let spec = ReconcileSpec {
+                operation,
+                ..ReconcileSpec::default()
+            };
+            let value = json!({ "spec": serde_json::to_value(&spec).unwrap() });
+            walk(schemas, root, &value, "", &mut Vec::new());
+        }
+        for reason in [
+            SelectionReason::Requested,
+            SelectionReason::PreferredImplementation,
+            SelectionReason::Fallback,
+        ] {
+            let selection = serde_json::to_value(Selection {
+                reason,
+                message: String::new(),
+            })
+            .unwrap();
+            let schema = &schemas[&format!("{SCHEMA_PREFIX}Selection")];
+            walk(schemas, schema, &selection, "selection", &mut Vec::new());
+        }
+        // The rules of selection are where kubectl explain reconciles.spec
+        // shows them.
+        let spec = schemas[&format!("{SCHEMA_PREFIX}ReconcileSpec")]["description"]
+            .as_str()
+            .unwrap();
+        for word in [
+            "Requested",
+            "PreferredImplementation",
+            "Fallback",
+            "ignoring case",
+            "highest version",
+            "smallest name",
+            "503",
+        ] {
+            assert!(spec.contains(word), "{word}");
         }
     }
 
@@ -1812,6 +2252,54 @@ mod tests {
         assert_eq!(yaml[0].0, 2);
         let value: Value = serde_json::from_slice(&yaml[0].2).unwrap();
         assert_eq!(value, json!([gvk("Plugin")]));
+
+        // Reconcile's too, and spec.object's extensions (ReconcileSpec's
+        // properties (25) hold NamedSchema { name = 1; value = 2 }).
+        let named_schema = |name: &str| {
+            definitions
+                .iter()
+                .map(|(_, _, named)| protobuf_fields(named))
+                .find(|named| named[0].2 == format!("{SCHEMA_PREFIX}{name}").as_bytes())
+                .map(|named| protobuf_fields(&named[1].2))
+                .unwrap()
+        };
+        let extension = |schema: &[(u64, u64, Vec<u8>)], name: &str| -> Value {
+            let extension = schema
+                .iter()
+                .filter(|(n, _, _)| *n == 31)
+                .map(|(_, _, payload)| protobuf_fields(payload))
+                .find(|named| named[0].2 == name.as_bytes())
+                .unwrap();
+            serde_json::from_slice(&protobuf_fields(&extension[1].2)[0].2).unwrap()
+        };
+        let reconcile = named_schema("Reconcile");
+        assert_eq!(
+            extension(&reconcile, "x-kubernetes-group-version-kind"),
+            json!([gvk("Reconcile")])
+        );
+        let spec = named_schema("ReconcileSpec");
+        let properties = spec.iter().find(|(n, _, _)| *n == 25).unwrap();
+        let object = protobuf_fields(&properties.2)
+            .iter()
+            .map(|(_, _, named)| protobuf_fields(named))
+            .find(|named| named[0].2 == b"object")
+            .map(|named| protobuf_fields(&named[1].2))
+            .unwrap();
+        assert_eq!(
+            extension(&object, "x-kubernetes-preserve-unknown-fields"),
+            json!(true)
+        );
+
+        // The paths (8): the reconcile subresource's post (4) is there.
+        let paths = protobuf_fields(&field(8));
+        let subresource = format!("/apis/{GROUP}/{VERSION}/plugins/{{name}}/reconcile");
+        let item = paths
+            .iter()
+            .map(|(_, _, named)| protobuf_fields(named))
+            .find(|named| named[0].2 == subresource.as_bytes())
+            .unwrap();
+        let item = protobuf_fields(&item[1].2);
+        assert!(item.iter().any(|(n, _, _)| *n == 4));
     }
 
     #[test]

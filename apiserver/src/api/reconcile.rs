@@ -93,7 +93,9 @@ fn decode(
             .unwrap_or_default()
             .trim();
         if essence != "application/json" {
-            return Err(ApiError::UnsupportedMediaType("application/json".to_owned()));
+            return Err(ApiError::UnsupportedMediaType(
+                "application/json".to_owned(),
+            ));
         }
     }
     let validation = match query.field_validation.as_deref() {
@@ -122,7 +124,7 @@ fn decode(
     let unknown: Vec<String> = reconcile
         .unknown
         .keys()
-        .map(|k| k.clone())
+        .cloned()
         .chain(reconcile.spec.unknown.keys().map(|k| format!("spec.{k}")))
         .collect();
     let warnings = match validation {
@@ -136,7 +138,10 @@ fn decode(
                     .join(", ")
             )));
         }
-        FieldValidation::Warn => unknown.iter().map(|f| format!("unknown field {f:?}")).collect(),
+        FieldValidation::Warn => unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect(),
         _ => Vec::new(),
     };
     match query.dry_run.as_deref() {
@@ -157,11 +162,11 @@ fn check_object(field: &str, value: &serde_json::Value) -> Result<(), ApiError> 
         return Err(invalid(field, "Required value: a Kubernetes object"));
     }
     for key in ["apiVersion", "kind"] {
-        if !value[key].as_str().is_some_and(|s| !s.is_empty()) {
+        if value[key].as_str().is_none_or(str::is_empty) {
             return Err(invalid(&format!("{field}.{key}"), "Required value"));
         }
     }
-    if !value["metadata"]["name"].as_str().is_some_and(|s| !s.is_empty()) {
+    if value["metadata"]["name"].as_str().is_none_or(str::is_empty) {
         return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
     }
     Ok(())
@@ -224,7 +229,9 @@ fn proxy_error(error: ProxyError) -> ApiError {
         ProxyError::DeadlineExceeded { .. } => ApiError::Timeout(message),
         ProxyError::Rejected { .. } => invalid("spec.object", message),
         ProxyError::Unimplemented { .. } => ApiError::BadRequest(message),
-        ProxyError::Failed { .. } | ProxyError::InvalidAddress { .. } => ApiError::Internal(message),
+        ProxyError::Failed { .. } | ProxyError::InvalidAddress { .. } => {
+            ApiError::Internal(message)
+        }
     }
 }
 
@@ -247,12 +254,18 @@ fn check_capability(plugin: &Plugin, operation: Operation, dry_run: bool) -> Res
     Ok(())
 }
 
-fn parse_json(plugin: &str, what: &str, bytes: &[u8]) -> Result<Option<serde_json::Value>, ApiError> {
+fn parse_json(
+    plugin: &str,
+    what: &str,
+    bytes: &[u8],
+) -> Result<Option<serde_json::Value>, ApiError> {
     if bytes.is_empty() {
         return Ok(None);
     }
     serde_json::from_slice(bytes).map(Some).map_err(|e| {
-        ApiError::Internal(format!("plugin {plugin} returned invalid JSON for {what}: {e}"))
+        ApiError::Internal(format!(
+            "plugin {plugin} returned invalid JSON for {what}: {e}"
+        ))
     })
 }
 
@@ -414,8 +427,15 @@ pub async fn create(
     let (reconcile, warnings) = decode(&headers, query, body, state.reconcile.max_body_bytes)?;
     if reconcile.spec.plugin.is_none() {
         match &reconcile.spec.api {
-            None => return Err(invalid("spec.api", "Required value: or name a plugin in spec.plugin")),
-            Some(api) if api.group.is_empty() => return Err(invalid("spec.api.group", "Required value")),
+            None => {
+                return Err(invalid(
+                    "spec.api",
+                    "Required value: or name a plugin in spec.plugin",
+                ));
+            }
+            Some(api) if api.group.is_empty() => {
+                return Err(invalid("spec.api.group", "Required value"));
+            }
             Some(api) if api.resource.is_empty() => {
                 return Err(invalid("spec.api.resource", "Required value"));
             }
