@@ -62,7 +62,11 @@ async fn kube_rs_lists_and_watches_plugins() {
         .list(&ListParams::default().labels("client=kube-rs"))
         .await
         .expect("list with a label selector");
-    let names: Vec<_> = listed.items.iter().filter_map(|o| o.metadata.name.clone()).collect();
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
     assert_eq!(names, ["kube-rs-sees-me"]);
     let got = api.get("kube-rs-sees-me").await.expect("get");
     assert_eq!(got.metadata.uid, added.metadata.uid);

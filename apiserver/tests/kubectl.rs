@@ -7,9 +7,10 @@ use std::time::Duration;
 use common::{Kplug, kubectls};
 
 fn ready(object: &serde_json::Value) -> bool {
-    object["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    object["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 #[test]
@@ -17,32 +18,74 @@ fn get_shows_a_table_with_the_documented_columns() {
     let kplug = Kplug::start();
     let _plugin = kplug.plugin(
         "database-table-postgresql-plugin",
-        &["--implementation", "PostgreSQL", "--api", "databasetables.myorg.org/v1alpha1"],
+        &[
+            "--implementation",
+            "PostgreSQL",
+            "--api",
+            "databasetables.myorg.org/v1alpha1",
+        ],
     );
     kplug.wait_for_plugin("database-table-postgresql-plugin", ready);
 
     let table = kplug.kubectl_ok(&["get", "plugins"]);
     let mut lines = table.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split("  ").map(str::trim).filter(|s| !s.is_empty()).collect();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     assert_eq!(
         header,
-        ["NAME", "API", "IMPLEMENTATION", "VERSION", "READY", "LAST HEARTBEAT", "AGE"],
+        [
+            "NAME",
+            "API",
+            "IMPLEMENTATION",
+            "VERSION",
+            "READY",
+            "LAST HEARTBEAT",
+            "AGE"
+        ],
         "{table}"
     );
-    let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(row[..5], ["database-table-postgresql-plugin", "databasetables.myorg.org", "PostgreSQL", "0.1.0", "True"], "{table}");
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..5],
+        [
+            "database-table-postgresql-plugin",
+            "databasetables.myorg.org",
+            "PostgreSQL",
+            "0.1.0",
+            "True"
+        ],
+        "{table}"
+    );
     assert!(row[5].ends_with('s'), "last heartbeat in seconds: {table}");
 
     let wide = kplug.kubectl_ok(&["get", "plugins", "-o", "wide"]);
-    assert!(wide.lines().next().unwrap_or_default().contains("ADDRESS"), "{wide}");
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("ADDRESS"),
+        "{wide}"
+    );
     assert!(wide.contains("127.0.0.1:50052"), "{wide}");
 
     for alias in ["plg", "plugin", "kplug", "plugins.plugins.kplug.io"] {
         let out = kplug.kubectl_ok(&["get", alias]);
-        assert!(out.contains("database-table-postgresql-plugin"), "get {alias}: {out}");
+        assert!(
+            out.contains("database-table-postgresql-plugin"),
+            "get {alias}: {out}"
+        );
     }
     let names = kplug.kubectl_ok(&["get", "plugins", "-o", "name"]);
-    assert_eq!(names.trim(), "plugin.plugins.kplug.io/database-table-postgresql-plugin");
+    assert_eq!(
+        names.trim(),
+        "plugin.plugins.kplug.io/database-table-postgresql-plugin"
+    );
 }
 
 #[test]
@@ -52,15 +95,23 @@ fn yaml_json_and_describe_show_spec_and_status() {
     kplug.wait_for_plugin("hello", ready);
 
     let json: serde_json::Value =
-        serde_json::from_str(&kplug.kubectl_ok(&["get", "plugin", "hello", "-o", "json"])).expect("json");
+        serde_json::from_str(&kplug.kubectl_ok(&["get", "plugin", "hello", "-o", "json"]))
+            .expect("json");
     assert_eq!(json["apiVersion"], "plugins.kplug.io/v1alpha1");
     assert_eq!(json["kind"], "Plugin");
     assert_eq!(json["metadata"]["labels"]["tier"], "demo");
-    assert_eq!(json["metadata"]["labels"]["kplug.io/implementation"], "hello");
+    assert_eq!(
+        json["metadata"]["labels"]["kplug.io/implementation"],
+        "hello"
+    );
     assert_eq!(json["spec"]["address"], "127.0.0.1:50052");
     assert_eq!(json["spec"]["heartbeatIntervalSeconds"], 1);
     assert_eq!(json["spec"]["protocol"]["version"], "v1alpha1");
-    assert!(json["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
+    assert!(
+        json["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36)
+    );
     assert!(json["status"]["lastHeartbeatTime"].is_string());
     assert!(json["status"]["expiresAt"].is_string());
 
@@ -69,11 +120,24 @@ fn yaml_json_and_describe_show_spec_and_status() {
     assert_eq!(list["items"][0]["metadata"]["name"], "hello");
 
     let yaml = kplug.kubectl_ok(&["get", "plugin", "hello", "-o", "yaml"]);
-    assert!(yaml.contains("kind: Plugin") && yaml.contains("type: Ready"), "{yaml}");
+    assert!(
+        yaml.contains("kind: Plugin") && yaml.contains("type: Ready"),
+        "{yaml}"
+    );
 
     let described = kplug.kubectl_ok(&["describe", "plugin", "hello"]);
-    for expected in ["Name:", "hello", "Implementation:", "Address:", "Ready", "HeartbeatReceived"] {
-        assert!(described.contains(expected), "describe lacks {expected:?}: {described}");
+    for expected in [
+        "Name:",
+        "hello",
+        "Implementation:",
+        "Address:",
+        "Ready",
+        "HeartbeatReceived",
+    ] {
+        assert!(
+            described.contains(expected),
+            "describe lacks {expected:?}: {described}"
+        );
     }
 }
 
@@ -94,41 +158,81 @@ fn every_kubectl_version_discovers_gets_and_explains() {
             String::from_utf8_lossy(&output.stdout).into_owned()
         };
         let resources = run(&["api-resources", "--api-group", "plugins.kplug.io"]);
-        assert!(resources.contains("plugins") && resources.contains("plg") && resources.contains("Plugin"), "{}: {resources}", kubectl.display());
+        assert!(
+            resources.contains("plugins")
+                && resources.contains("plg")
+                && resources.contains("Plugin"),
+            "{}: {resources}",
+            kubectl.display()
+        );
         let table = run(&["get", "plugins"]);
-        assert!(table.contains("hello") && table.contains("LAST HEARTBEAT"), "{}: {table}", kubectl.display());
+        assert!(
+            table.contains("hello") && table.contains("LAST HEARTBEAT"),
+            "{}: {table}",
+            kubectl.display()
+        );
         let explained = run(&["explain", "plugins.spec"]);
-        assert!(explained.contains("implementation") && explained.contains("address"), "{}: {explained}", kubectl.display());
+        assert!(
+            explained.contains("implementation") && explained.contains("address"),
+            "{}: {explained}",
+            kubectl.display()
+        );
         let conditions = run(&["explain", "plugins.status.conditions"]);
-        assert!(conditions.contains("lastTransitionTime"), "{}: {conditions}", kubectl.display());
+        assert!(
+            conditions.contains("lastTransitionTime"),
+            "{}: {conditions}",
+            kubectl.display()
+        );
     }
 }
 
 #[test]
 fn selectors_filter_and_bad_selectors_are_rejected() {
     let kplug = Kplug::start();
-    let _a = kplug.plugin("alpha", &["--label", "tier=a", "--address", "127.0.0.1:50061"]);
-    let _b = kplug.plugin("beta", &["--label", "tier=b", "--address", "127.0.0.1:50062"]);
+    let _a = kplug.plugin(
+        "alpha",
+        &["--label", "tier=a", "--address", "127.0.0.1:50061"],
+    );
+    let _b = kplug.plugin(
+        "beta",
+        &["--label", "tier=b", "--address", "127.0.0.1:50062"],
+    );
     kplug.wait_for_plugin("alpha", ready);
     kplug.wait_for_plugin("beta", ready);
 
     let names = |args: &[&str]| -> Vec<String> {
         let mut full = vec!["get", "plugins", "-o", "name"];
         full.extend_from_slice(args);
-        kplug.kubectl_ok(&full).lines().map(|l| l.rsplit('/').next().unwrap_or_default().to_owned()).collect()
+        kplug
+            .kubectl_ok(&full)
+            .lines()
+            .map(|l| l.rsplit('/').next().unwrap_or_default().to_owned())
+            .collect()
     };
     assert_eq!(names(&[]), ["alpha", "beta"]);
     assert_eq!(names(&["-l", "tier=a"]), ["alpha"]);
     assert_eq!(names(&["-l", "tier in (a,b),tier!=a"]), ["beta"]);
-    assert_eq!(names(&["-l", "kplug.io/implementation=hello"]), ["alpha", "beta"]);
+    assert_eq!(
+        names(&["-l", "kplug.io/implementation=hello"]),
+        ["alpha", "beta"]
+    );
     assert_eq!(names(&["--field-selector", "metadata.name=beta"]), ["beta"]);
-    assert_eq!(names(&["--field-selector", "metadata.name!=beta"]), ["alpha"]);
+    assert_eq!(
+        names(&["--field-selector", "metadata.name!=beta"]),
+        ["alpha"]
+    );
     assert!(names(&["-l", "tier=none"]).is_empty());
 
     let err = kplug.kubectl_err(&["get", "plugins", "-l", "tier in (a"]);
-    assert!(err.contains("BadRequest") && err.contains("unable to parse requirement"), "{err}");
+    assert!(
+        err.contains("BadRequest") && err.contains("unable to parse requirement"),
+        "{err}"
+    );
     let err = kplug.kubectl_err(&["get", "plugins", "--field-selector", "spec.address=x"]);
-    assert!(err.contains("BadRequest") && err.contains("not a known field selector"), "{err}");
+    assert!(
+        err.contains("BadRequest") && err.contains("not a known field selector"),
+        "{err}"
+    );
 
     // Paging: one item per page, kubectl follows `continue` itself.
     let paged = kplug.kubectl_ok(&["get", "plugins", "--chunk-size", "1", "-o", "name"]);
@@ -142,10 +246,14 @@ fn watch_sees_a_plugin_added_and_deleted_after_its_ttl() {
     // Give the watch time to start before the plugin appears.
     std::thread::sleep(Duration::from_millis(500));
     let mut plugin = kplug.plugin("ephemeral", &[]);
-    lines.wait_for(Duration::from_secs(20), "ADDED ephemeral", |l| l.starts_with("ADDED") && l.contains("ephemeral"));
+    lines.wait_for(Duration::from_secs(20), "ADDED ephemeral", |l| {
+        l.starts_with("ADDED") && l.contains("ephemeral")
+    });
     // SIGKILL: no deregistration, so only the TTL (3 x 1 s) removes it.
     plugin.kill();
-    lines.wait_for(Duration::from_secs(20), "DELETED ephemeral", |l| l.starts_with("DELETED") && l.contains("ephemeral"));
+    lines.wait_for(Duration::from_secs(20), "DELETED ephemeral", |l| {
+        l.starts_with("DELETED") && l.contains("ephemeral")
+    });
     kplug.wait_for_absent("ephemeral", Duration::from_secs(1));
 }
 
@@ -154,7 +262,10 @@ fn a_gracefully_stopped_plugin_deregisters_at_once() {
     let kplug = Kplug::start();
     let mut plugin = kplug.plugin("graceful", &["--interval", "60"]);
     kplug.wait_for_plugin("graceful", ready);
-    assert!(plugin.terminate(Duration::from_secs(10)), "plugin exits cleanly on SIGTERM");
+    assert!(
+        plugin.terminate(Duration::from_secs(10)),
+        "plugin exits cleanly on SIGTERM"
+    );
     // With a 60 s interval the TTL is 3 minutes: only deregistration explains this.
     kplug.wait_for_absent("graceful", Duration::from_secs(5));
 }
@@ -165,24 +276,41 @@ fn delete_evicts_and_a_live_plugin_returns_as_a_new_object() {
     let _plugin = kplug.plugin("comeback", &[]);
     let before = kplug.wait_for_plugin("comeback", ready);
     let out = kplug.kubectl_ok(&["delete", "plugin", "comeback"]);
-    assert!(out.contains("plugin.plugins.kplug.io \"comeback\" deleted"), "{out}");
-    let after = kplug.wait_for_plugin("comeback", |p| p["metadata"]["uid"] != before["metadata"]["uid"]);
+    assert!(
+        out.contains("plugin.plugins.kplug.io \"comeback\" deleted"),
+        "{out}"
+    );
+    let after = kplug.wait_for_plugin("comeback", |p| {
+        p["metadata"]["uid"] != before["metadata"]["uid"]
+    });
     assert!(ready(&after));
     let err = kplug.kubectl_err(&["delete", "plugin", "never-was"]);
-    assert!(err.contains("NotFound") && err.contains("never-was"), "{err}");
+    assert!(
+        err.contains("NotFound") && err.contains("never-was"),
+        "{err}"
+    );
 }
 
 #[test]
 fn restart_keeps_the_ca_so_the_kubeconfig_stays_valid() {
     let kplug = Kplug::start();
     let kubeconfig = std::fs::read_to_string(&kplug.kubeconfig).expect("kubeconfig");
-    let Kplug { mut process, state, .. } = kplug;
+    let Kplug {
+        mut process, state, ..
+    } = kplug;
     process.kill();
     let again = Kplug::start_in(state, &[]);
-    std::fs::write(&again.kubeconfig, kubeconfig.replace(
-        kubeconfig.lines().find(|l| l.contains("server:")).unwrap_or_default(),
-        &format!("    server: {}", again.api),
-    )).expect("rewrite kubeconfig with the old credentials");
+    std::fs::write(
+        &again.kubeconfig,
+        kubeconfig.replace(
+            kubeconfig
+                .lines()
+                .find(|l| l.contains("server:"))
+                .unwrap_or_default(),
+            &format!("    server: {}", again.api),
+        ),
+    )
+    .expect("rewrite kubeconfig with the old credentials");
     let out = again.kubectl_ok(&["get", "plugins"]);
     assert!(out.is_empty(), "no plugins yet: {out}");
 }

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// The kubectl the acceptance criteria name, plus older and newer ones when present.
@@ -77,7 +77,7 @@ impl Drop for Process {
 }
 
 /// Reads a child's stdout lines on a thread, so tests can wait with a deadline.
-pub struct Lines(mpsc::Receiver<String>);
+pub struct Lines(Mutex<mpsc::Receiver<String>>);
 
 impl Lines {
     pub fn new(stdout: ChildStdout) -> Self {
@@ -89,7 +89,7 @@ impl Lines {
                 }
             }
         });
-        Self(rx)
+        Self(Mutex::new(rx))
     }
 
     /// The first line (from now on) that satisfies `want`; panics after `within`.
@@ -98,7 +98,12 @@ impl Lines {
         let mut seen = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.0.recv_timeout(left) {
+            let received = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .recv_timeout(left);
+            match received {
                 Ok(line) if want(&line) => return line,
                 Ok(line) => seen.push(line),
                 Err(_) => panic!("timed out after {within:?} waiting for {what}; saw: {seen:#?}"),
@@ -229,7 +234,13 @@ impl Kplug {
 
     /// curl against the API with the admin client certificate; returns
     /// (HTTP status, body).
-    pub fn curl(&self, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> (u16, String) {
+    pub fn curl(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: Option<&str>,
+    ) -> (u16, String) {
         let admin = self.admin_credentials();
         self.curl_as(Some(&admin), method, path, headers, body)
     }
@@ -245,7 +256,15 @@ impl Kplug {
     ) -> (u16, String) {
         let mut command = Command::new("curl");
         command
-            .args(["-sS", "--max-time", "10", "-X", method, "-w", "\n%{http_code}"])
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-X",
+                method,
+                "-w",
+                "\n%{http_code}",
+            ])
             .arg("--cacert")
             .arg(self.state.path().join("ca.crt"));
         if let Some((cert, key)) = credentials {
@@ -257,7 +276,10 @@ impl Kplug {
         if let Some(body) = body {
             command.args(["--data-binary", body]);
         }
-        let output = command.arg(format!("{}{path}", self.api)).output().expect("run curl");
+        let output = command
+            .arg(format!("{}{path}", self.api))
+            .output()
+            .expect("run curl");
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
         (code.trim().parse().unwrap_or(0), body.to_owned())
@@ -302,7 +324,11 @@ impl Kplug {
     }
 
     /// Waits until `kubectl get plugin NAME` succeeds and satisfies `want`.
-    pub fn wait_for_plugin(&self, name: &str, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_for_plugin(
+        &self,
+        name: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let output = self.kubectl(&["get", "plugin", name, "-o", "json"]);
@@ -312,7 +338,10 @@ impl Kplug {
             {
                 return object;
             }
-            assert!(Instant::now() < deadline, "plugin {name} did not appear as expected");
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name} did not appear as expected"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -322,10 +351,15 @@ impl Kplug {
         let deadline = Instant::now() + within;
         loop {
             let output = self.kubectl(&["get", "plugin", name]);
-            if !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("NotFound") {
+            if !output.status.success()
+                && String::from_utf8_lossy(&output.stderr).contains("NotFound")
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "plugin {name} is still listed after {within:?}");
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name} is still listed after {within:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
