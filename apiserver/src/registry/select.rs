@@ -158,6 +158,9 @@ mod tests {
         assert_eq!(compare_versions("v2", "1.99"), Ordering::Greater);
         assert_eq!(compare_versions("1.0", "1.0.0"), Ordering::Less);
         assert_eq!(compare_versions("1.0.0", "1.0.0"), Ordering::Equal);
-        assert_eq!(compare_versions("1.0.0-beta", "1.0.0-alpha"), Ordering::Greater);
+        assert_eq!(
+            compare_versions("1.0.0-beta", "1.0.0-alpha"),
+            Ordering::Greater
+        );
     }
 }
