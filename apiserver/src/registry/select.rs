@@ -32,26 +32,42 @@ pub enum SelectError {
     NoneReady(String),
 }
 
-/// Orders versions numerically by dot-separated parts ("1.10.0" > "1.9.2"),
-/// falling back to text for parts that are not numbers.
+/// Orders versions the way semantic versioning does, tolerating free-form
+/// ones: dot-separated parts compare numerically when both are numbers
+/// ("1.10.0" > "1.9.2"), a pre-release sorts before its release
+/// ("1.0.0-rc.1" < "1.0.0"), build metadata is ignored, and a leading "v"
+/// is dropped.
 pub fn compare_versions(a: &str, b: &str) -> Ordering {
-    let parts = |v: &str| -> Vec<String> {
-        v.trim_start_matches('v')
-            .split(['.', '-', '+'])
-            .map(str::to_owned)
-            .collect()
-    };
-    let (a, b) = (parts(a), parts(b));
-    for (x, y) in a.iter().zip(&b) {
-        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
-            (Ok(x), Ok(y)) => x.cmp(&y),
-            _ => x.cmp(y),
-        };
-        if order != Ordering::Equal {
-            return order;
-        }
+    fn parts(text: &str) -> Vec<&str> {
+        text.split('.').collect()
     }
-    a.len().cmp(&b.len())
+    fn compare_parts(a: &[&str], b: &[&str]) -> Ordering {
+        for (x, y) in a.iter().zip(b) {
+            let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+                (Ok(x), Ok(y)) => x.cmp(&y),
+                _ => x.cmp(y),
+            };
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+    let normalize = |v: &str| -> (String, Option<String>) {
+        let v = v.trim_start_matches('v');
+        let v = v.split_once('+').map_or(v, |(core, _)| core);
+        match v.split_once('-') {
+            Some((core, pre)) => (core.to_owned(), Some(pre.to_owned())),
+            None => (v.to_owned(), None),
+        }
+    };
+    let ((core_a, pre_a), (core_b, pre_b)) = (normalize(a), normalize(b));
+    compare_parts(&parts(&core_a), &parts(&core_b)).then_with(|| match (pre_a, pre_b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(x), Some(y)) => compare_parts(&parts(&x), &parts(&y)),
+    })
 }
 
 /// Highest version first, then smallest name.
@@ -162,5 +178,11 @@ mod tests {
             compare_versions("1.0.0-beta", "1.0.0-alpha"),
             Ordering::Greater
         );
+        assert_eq!(compare_versions("1.0.0-rc.1", "1.0.0"), Ordering::Less);
+        assert_eq!(
+            compare_versions("1.0.0-rc.10", "1.0.0-rc.9"),
+            Ordering::Greater
+        );
+        assert_eq!(compare_versions("1.0.0+build.5", "1.0.0"), Ordering::Equal);
     }
 }
