@@ -1,0 +1,206 @@
+//! Watch semantics (bookmarks, initial events, selectors) and server-side
+//! tables, read with curl so every field of the wire format is visible.
+
+mod common;
+
+use common::Kplug;
+use kplug_proto::v1alpha1::registry_client::RegistryClient;
+use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi};
+use serde_json::Value;
+
+const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
+const TABLE: &str = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+fn heartbeat(name: &str, tier: &str) -> HeartbeatRequest {
+    HeartbeatRequest {
+        name: name.to_owned(),
+        version: "1.0.0".to_owned(),
+        api: Some(PluginApi {
+            group: "example.com".to_owned(),
+            resource: "things".to_owned(),
+            version: "v1".to_owned(),
+        }),
+        implementation: "Test".to_owned(),
+        address: "127.0.0.1:9".to_owned(),
+        labels: [("tier".to_owned(), tier.to_owned())].into(),
+        interval: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        ..HeartbeatRequest::default()
+    }
+}
+
+fn send(kplug: &Kplug, requests: Vec<HeartbeatRequest>) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let mut client = RegistryClient::connect(kplug.grpc.clone())
+            .await
+            .expect("connect");
+        for request in requests {
+            let reply = client
+                .heartbeat(request)
+                .await
+                .expect("heartbeat")
+                .into_inner();
+            assert!(reply.accepted, "{reply:?}");
+        }
+    });
+}
+
+fn events(body: &str) -> Vec<Value> {
+    body.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line ({e}): {l}")))
+        .collect()
+}
+
+fn summary(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["type"].as_str().unwrap_or_default(),
+                e["object"]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn bookmarks_and_initial_events_end() {
+    let kplug = Kplug::start_with(&["--watch-bookmark-interval", "500ms"]);
+    send(&kplug, vec![heartbeat("a", "x"), heartbeat("b", "x")]);
+    let (code, body) = kplug.curl(
+        "GET",
+        &format!("{PLUGINS}?watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=2"),
+        &[],
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let events = events(&body);
+    assert_eq!(summary(&events[..2]), ["ADDED a", "ADDED b"]);
+    let end = &events[2];
+    assert_eq!(end["type"], "BOOKMARK", "{body}");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(end["object"]["metadata"]["resourceVersion"], "2");
+    let periodic = events[3..]
+        .iter()
+        .filter(|e| e["type"] == "BOOKMARK")
+        .count();
+    assert!(
+        periodic >= 2,
+        "periodic bookmarks over 2 s at 500 ms: {body}"
+    );
+
+    // sendInitialEvents without bookmarks is invalid, as in Kubernetes.
+    let (code, body) = kplug.curl(
+        "GET",
+        &format!("{PLUGINS}?watch=1&sendInitialEvents=true"),
+        &[],
+        None,
+    );
+    assert_eq!(code, 422, "{body}");
+}
+
+#[test]
+fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
+    let kplug = Kplug::start();
+    send(
+        &kplug,
+        vec![heartbeat("mover", "a"), heartbeat("stayer", "b")],
+    );
+    let watch = std::thread::scope(|scope| {
+        let watch = scope.spawn(|| {
+            kplug.curl(
+                "GET",
+                &format!("{PLUGINS}?watch=1&labelSelector=tier%3Da&timeoutSeconds=2"),
+                &[],
+                None,
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        send(
+            &kplug,
+            vec![heartbeat("mover", "b"), heartbeat("stayer", "a")],
+        );
+        watch.join().expect("watch thread")
+    });
+    let (code, body) = watch;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        summary(&events(&body)),
+        ["ADDED mover", "DELETED mover", "ADDED stayer"]
+    );
+}
+
+#[test]
+fn tables_honour_include_object_and_watch_rows() {
+    let kplug = Kplug::start();
+    send(&kplug, vec![heartbeat("t", "x")]);
+    let table = |query: &str| -> Value {
+        let (code, body) = kplug.curl("GET", &format!("{PLUGINS}{query}"), &[TABLE], None);
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("table JSON")
+    };
+    let default = table("");
+    assert_eq!(default["kind"], "Table");
+    assert_eq!(default["apiVersion"], "meta.k8s.io/v1");
+    let columns: Vec<&str> = default["columnDefinitions"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        columns,
+        [
+            "Name",
+            "API",
+            "Implementation",
+            "Version",
+            "Ready",
+            "Last Heartbeat",
+            "Age",
+            "Address"
+        ]
+    );
+    assert_eq!(
+        default["columnDefinitions"][7]["priority"], 1,
+        "ADDRESS only with -o wide"
+    );
+    let row = &default["rows"][0];
+    assert_eq!(row["cells"][0], "t");
+    assert_eq!(row["cells"][1], "things.example.com");
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["name"], "t");
+    assert!(row["object"].get("spec").is_none());
+
+    assert!(
+        table("?includeObject=None")["rows"][0]
+            .get("object")
+            .is_none()
+    );
+    assert_eq!(
+        table("?includeObject=Object")["rows"][0]["object"]["spec"]["implementation"],
+        "Test"
+    );
+    assert_eq!(
+        table("/t")["rows"][0]["cells"][0],
+        "t",
+        "get also answers a Table"
+    );
+
+    let (code, body) = kplug.curl(
+        "GET",
+        &format!("{PLUGINS}?watch=1&timeoutSeconds=1"),
+        &[TABLE],
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let events = events(&body);
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["kind"], "Table");
+    assert_eq!(events[0]["object"]["rows"][0]["cells"][0], "t");
+}
