@@ -16,6 +16,7 @@ fn ready(object: &serde_json::Value) -> bool {
 #[test]
 fn get_shows_a_table_with_the_documented_columns() {
     let kplug = Kplug::start();
+    let address = format!("127.0.0.1:{}", common::free_port());
     let _plugin = kplug.plugin(
         "database-table-postgresql-plugin",
         &[
@@ -23,6 +24,8 @@ fn get_shows_a_table_with_the_documented_columns() {
             "PostgreSQL",
             "--api",
             "databasetables.myorg.org/v1alpha1",
+            "--address",
+            &address,
         ],
     );
     kplug.wait_for_plugin("database-table-postgresql-plugin", ready);
@@ -72,7 +75,7 @@ fn get_shows_a_table_with_the_documented_columns() {
         wide.lines().next().unwrap_or_default().contains("ADDRESS"),
         "{wide}"
     );
-    assert!(wide.contains("127.0.0.1:50052"), "{wide}");
+    assert!(wide.contains(&address), "{wide}");
 
     for alias in ["plg", "plugin", "kplug", "plugins.plugins.kplug.io"] {
         let out = kplug.kubectl_ok(&["get", alias]);
@@ -91,7 +94,8 @@ fn get_shows_a_table_with_the_documented_columns() {
 #[test]
 fn yaml_json_and_describe_show_spec_and_status() {
     let kplug = Kplug::start();
-    let _plugin = kplug.plugin("hello", &["--label", "tier=demo"]);
+    let address = format!("127.0.0.1:{}", common::free_port());
+    let _plugin = kplug.plugin("hello", &["--label", "tier=demo", "--address", &address]);
     kplug.wait_for_plugin("hello", ready);
 
     let json: serde_json::Value =
@@ -104,7 +108,7 @@ fn yaml_json_and_describe_show_spec_and_status() {
         json["metadata"]["labels"]["kplug.io/implementation"],
         "hello"
     );
-    assert_eq!(json["spec"]["address"], "127.0.0.1:50052");
+    assert_eq!(json["spec"]["address"], address.as_str());
     assert_eq!(json["spec"]["heartbeatIntervalSeconds"], 1);
     assert_eq!(json["spec"]["protocol"]["version"], "v1alpha1");
     assert!(
@@ -189,14 +193,8 @@ fn every_kubectl_version_discovers_gets_and_explains() {
 #[test]
 fn selectors_filter_and_bad_selectors_are_rejected() {
     let kplug = Kplug::start();
-    let _a = kplug.plugin(
-        "alpha",
-        &["--label", "tier=a", "--address", "127.0.0.1:50061"],
-    );
-    let _b = kplug.plugin(
-        "beta",
-        &["--label", "tier=b", "--address", "127.0.0.1:50062"],
-    );
+    let _a = kplug.plugin("alpha", &["--label", "tier=a"]);
+    let _b = kplug.plugin("beta", &["--label", "tier=b"]);
     kplug.wait_for_plugin("alpha", ready);
     kplug.wait_for_plugin("beta", ready);
 

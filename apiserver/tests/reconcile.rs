@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::Kplug;
+use common::{Kplug, free_port};
 use serde_json::{Value, json};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -46,13 +46,6 @@ fn post(kplug: &Kplug, path: &str, body: &str) -> (u16, Value) {
     );
     let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     (code, value)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Starts a hello plugin on a free port and waits until it is Ready.
@@ -141,7 +134,7 @@ fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
     );
     let reconcile = |preferred: &str| -> Value {
         let yaml = format!(
-            "apiVersion: plugins.kplug.io/v1alpha1\nkind: Reconcile\nspec:\n  api: {{group: greetings.example.com, resource: greetings}}\n  preferredImplementation: {preferred}\n  object: {{apiVersion: example.com/v1, kind: Greeting, metadata: {{name: ada}}}}\n"
+            "apiVersion: plugins.kplug.io/v1alpha1\nkind: Reconcile\nspec:\n  api: {{group: example.com, resource: greetings}}\n  preferredImplementation: {preferred}\n  object: {{apiVersion: example.com/v1, kind: Greeting, metadata: {{name: ada}}}}\n"
         );
         let file = write_temp(&kplug, "reconcile.yaml", &yaml);
         let out = kplug.kubectl_ok(&["create", "-f", &file, "-o", "json"]);

@@ -42,6 +42,14 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Kills the child when dropped, so a failing test leaves no process behind.
 pub struct Process {
     pub child: Child,
@@ -310,8 +318,9 @@ impl Kplug {
         let child = Command::new(workspace_binary("hello-plugin"))
             .args(["--registry", &self.grpc, "--name", name])
             .args(extra)
-            // A flag in `extra` wins over this default.
+            // Flags in `extra` win over these defaults.
             .env("KPLUG_INTERVAL", "1")
+            .env("KPLUG_ADDRESS", format!("127.0.0.1:{}", free_port()))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -2,6 +2,10 @@
 
 /// Errors the SDK reports to the plugin.
 ///
+/// The message says what failed; the cause, when there is one, is the
+/// error's [`source`](std::error::Error::source), so that reporters that
+/// print the chain (like `anyhow`) show it once.
+///
 /// Failures to reach the registry are not errors: the heartbeat loop retries
 /// them and reports them through [`Status`](crate::Status), because a plugin
 /// must keep running while kplug restarts.
@@ -28,6 +32,30 @@ pub enum Error {
         reason: &'static str,
     },
     /// Installing the shutdown signal handlers failed.
-    #[error("cannot listen for shutdown signals: {0}")]
+    #[error("cannot listen for shutdown signals")]
     Signal(#[source] std::io::Error),
+    /// The plugin's gRPC server cannot listen on its address, e.g. because
+    /// another process holds the port.
+    #[error("cannot listen on {address}")]
+    Bind {
+        /// The address as configured.
+        address: std::net::SocketAddr,
+        /// Why binding failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The address to declare to kplug is not `host[:port]`.
+    #[error("invalid advertised address {address:?}: {reason}")]
+    InvalidAdvertiseAddress {
+        /// The address as given.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The plugin's gRPC server failed while serving.
+    #[error("the gRPC server failed")]
+    Serve(#[source] tonic::transport::Error),
+    /// A task of the SDK panicked or was cancelled by the runtime.
+    #[error("an SDK task ended abnormally")]
+    Task(#[source] tokio::task::JoinError),
 }

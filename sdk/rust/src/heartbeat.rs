@@ -310,7 +310,7 @@ impl Session {
 }
 
 /// Validates `registry` and configures how it is dialed.
-fn endpoint(registry: &str) -> Result<Endpoint, Error> {
+pub(crate) fn endpoint(registry: &str) -> Result<Endpoint, Error> {
     let invalid = |reason: String| Error::InvalidRegistryAddress {
         address: registry.to_owned(),
         reason,

@@ -7,11 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kplug_sdk::heartbeat::Outcome;
 use kplug_sdk::proto::v1alpha1::registry_server::{Registry, RegistryServer};
 use kplug_sdk::proto::v1alpha1::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, PROTOCOL_VERSION,
 };
-use kplug_sdk::{ApiRef, Error, Heartbeater, Outcome, PluginInfo, Status};
+use kplug_sdk::{ApiRef, Error, Heartbeater, PluginInfo, Status};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;

@@ -1,0 +1,250 @@
+//! Where a plugin listens, how kplug reaches it, and where it heartbeats.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use crate::DEFAULT_REGISTRY;
+
+/// Where the plugin listens unless told otherwise: loopback, so a plugin
+/// started by hand is not exposed to the network. In Kubernetes set
+/// `KPLUG_LISTEN=0.0.0.0:50052` and advertise the Service's name.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 50052));
+
+/// How long shutdown waits by default for in-flight calls: below the 30
+/// seconds Kubernetes grants a pod between SIGTERM and SIGKILL, leaving time
+/// to deregister first.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How a plugin runs: the deployment-specific settings, as opposed to what
+/// the plugin is ([`PluginInfo`](crate::PluginInfo)).
+///
+/// With the default `clap` feature it is a clap `Args` that a
+/// plugin's command line can flatten; every flag has an environment variable
+/// fallback:
+///
+/// | flag | environment | default |
+/// |---|---|---|
+/// | `--registry` | `KPLUG_REGISTRY` | `http://127.0.0.1:50051` |
+/// | `--listen` | `KPLUG_LISTEN` | `127.0.0.1:50052` |
+/// | `--advertise` | `KPLUG_ADVERTISE` | the listening address |
+/// | `--name` | `KPLUG_NAME` | the plugin's own name |
+/// | `--heartbeat-interval` | `KPLUG_HEARTBEAT_INTERVAL` | the registry's choice |
+/// | `--drain-timeout` | `KPLUG_DRAIN_TIMEOUT` | `20s` |
+///
+/// ```
+/// # #[cfg(feature = "clap")] {
+/// use clap::Parser;
+///
+/// #[derive(Parser)]
+/// struct Args {
+///     #[command(flatten)]
+///     kplug: kplug_sdk::Config,
+///     /// The plugin's own flags.
+///     #[arg(long)]
+///     database_url: String,
+/// }
+///
+/// let args = Args::parse_from(["plugin", "--listen", "0.0.0.0:0", "--database-url", "mysql://db"]);
+/// assert_eq!(args.kplug.listen.port(), 0);
+/// # }
+/// ```
+///
+/// Without clap, start from [`Config::default`] and use the setters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[non_exhaustive]
+pub struct Config {
+    /// kplug's registry endpoint: an http:// URL or host:port, e.g.
+    /// kplug.kplug-system.svc:50051.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = crate::REGISTRY_ENV, default_value = DEFAULT_REGISTRY)
+    )]
+    pub registry: String,
+
+    /// Address the plugin's gRPC server listens on; port 0 picks a free port.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "KPLUG_LISTEN", default_value_t = DEFAULT_LISTEN)
+    )]
+    pub listen: SocketAddr,
+
+    /// host:port where kplug reaches the plugin, e.g. the Service's DNS name
+    /// in Kubernetes [default: the listening address, with 0.0.0.0 or :: as
+    /// loopback]. A missing port or port 0 means the port actually bound.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_ADVERTISE"))]
+    pub advertise: Option<String>,
+
+    /// Registers under this name instead of the plugin's built-in one, e.g.
+    /// to run two instances side by side.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_NAME"))]
+    pub name: Option<String>,
+
+    /// Heartbeat interval to ask the registry for, e.g. 5s or 500ms (a bare
+    /// number is seconds) [default: the registry's choice].
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "KPLUG_HEARTBEAT_INTERVAL", value_parser = parse_duration)
+    )]
+    pub heartbeat_interval: Option<Duration>,
+
+    /// On shutdown, how long in-flight calls may take to finish after
+    /// deregistration before they are abandoned, e.g. 20s.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "KPLUG_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)
+    )]
+    pub drain_timeout: Duration,
+    // Authenticated heartbeats (a service-account token file, `--token-file`)
+    // will be configured here once the registry checks them.
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            registry: DEFAULT_REGISTRY.to_owned(),
+            listen: DEFAULT_LISTEN,
+            advertise: None,
+            name: None,
+            heartbeat_interval: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+}
+
+impl Config {
+    /// Sets the registry endpoint.
+    #[must_use]
+    pub fn registry(mut self, registry: impl Into<String>) -> Self {
+        self.registry = registry.into();
+        self
+    }
+
+    /// Sets the listening address.
+    #[must_use]
+    pub fn listen(mut self, listen: SocketAddr) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Sets the advertised `host:port`.
+    #[must_use]
+    pub fn advertise(mut self, advertise: impl Into<String>) -> Self {
+        self.advertise = Some(advertise.into());
+        self
+    }
+
+    /// Overrides the plugin's name.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets the heartbeat interval to ask for.
+    #[must_use]
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = Some(interval);
+        self
+    }
+
+    /// Sets how long shutdown waits for in-flight calls.
+    #[must_use]
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+}
+
+/// Parses `1500ms`, `5s`, `2m`, `1h` or a bare number of seconds, e.g. for
+/// a plugin's own duration flags.
+///
+/// # Errors
+///
+/// A message naming the accepted forms.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => Some(0.001),
+        "" | "s" => Some(1.0),
+        "m" => Some(60.0),
+        "h" => Some(3600.0),
+        _ => None,
+    };
+    scale
+        .zip(number.parse::<f64>().ok())
+        .and_then(|(scale, n)| Duration::try_from_secs_f64(n * scale).ok())
+        .ok_or_else(|| {
+            format!("invalid duration {text:?}: expected e.g. 500ms, 5s, 2m, 1h or seconds")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("5"), Ok(ms(5000)));
+        assert_eq!(parse_duration("5s"), Ok(ms(5000)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(ms(250)));
+        assert_eq!(parse_duration(" 2m "), Ok(ms(120_000)));
+        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
+        for bad in ["", "s", "5x", "-1s", "five", "1e3", "1.2.3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
+
+    #[cfg(feature = "clap")]
+    #[test]
+    fn command_line_and_defaults_agree() {
+        use clap::{CommandFactory, FromArgMatches, Parser};
+
+        #[derive(Parser)]
+        struct Args {
+            #[command(flatten)]
+            config: Config,
+        }
+        // Without the environment fallbacks, so KPLUG_* variables in the
+        // developer's shell cannot change the outcome.
+        let parse = |args: &[&str]| {
+            let command = Args::command().mut_args(|arg| arg.env(None));
+            let matches = command.try_get_matches_from(args).unwrap();
+            Args::from_arg_matches(&matches).unwrap().config
+        };
+        assert_eq!(parse(&["plugin"]), Config::default());
+
+        let parsed = parse(&[
+            "plugin",
+            "--registry",
+            "http://kplug:50051",
+            "--listen",
+            "0.0.0.0:0",
+            "--advertise",
+            "svc.ns.svc",
+            "--name",
+            "other",
+            "--heartbeat-interval",
+            "750ms",
+            "--drain-timeout",
+            "3",
+        ]);
+        assert_eq!(
+            parsed,
+            Config::default()
+                .registry("http://kplug:50051")
+                .listen("0.0.0.0:0".parse().unwrap())
+                .advertise("svc.ns.svc")
+                .name("other")
+                .heartbeat_interval(Duration::from_millis(750))
+                .drain_timeout(Duration::from_secs(3))
+        );
+    }
+}
