@@ -16,3 +16,5 @@ echo "== cargo build" >&2
 cargo build --workspace --all-targets --locked
 echo "== cargo test" >&2
 cargo test --workspace --locked
+echo "== pytest" >&2
+"${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs. Regenerate with sdk/python/generate.sh; do not edit."""

@@ -1,0 +1,287 @@
+"""How a plugin is served: :class:`Config`, its command line and addresses.
+
+Every flag falls back to an environment variable, so the same plugin runs
+from a terminal (flags) and from a Kubernetes Deployment (env):
+
+- ``--registry HOST:PORT`` / ``KPLUG_REGISTRY``: kplug's registry; default ``127.0.0.1:50051``.
+- ``--listen HOST:PORT`` / ``KPLUG_LISTEN``: where to serve; default ``127.0.0.1:50052``; port 0 picks one.
+- ``--advertise HOST[:PORT]`` / ``KPLUG_ADVERTISE``: where kplug dials; default the listen address
+  with the bound port.
+- ``--name NAME`` / ``KPLUG_NAME``: overrides the plugin class's ``name``.
+- ``--heartbeat-interval DURATION`` / ``KPLUG_HEARTBEAT_INTERVAL``: asked of the registry, which decides.
+- ``--drain-timeout DURATION`` / ``KPLUG_DRAIN_TIMEOUT``: how long in-flight calls may take to finish
+  on shutdown, after deregistering; default ``20s``, below the 30 s Kubernetes grants before SIGKILL.
+- ``--label KEY=VALUE`` (repeatable) / ``KPLUG_LABELS`` (``k=v,k=v``): labels for the Plugin object.
+- ``--max-workers N`` / ``KPLUG_MAX_WORKERS``: calls served at once; default 10.
+- ``--log-level LEVEL`` / ``KPLUG_LOG_LEVEL``: default ``INFO``.
+
+Durations are written as in the Rust SDK: ``500ms``, ``5s``, ``2m``, ``1h`` or
+a bare number of seconds. The flags, environment variables and defaults
+match the Rust SDK's, so operators configure plugins alike whatever their
+language. Authenticated heartbeats (a ServiceAccount ``--token-file``) will be
+configured here once the registry checks them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: Where kplug's registry listens when run locally.
+DEFAULT_REGISTRY = "127.0.0.1:50051"
+#: Where a plugin listens by default.
+DEFAULT_LISTEN = "127.0.0.1:50052"
+
+#: Listening on every interface; without --advertise, loopback is advertised.
+_LOOPBACK_FOR_WILDCARD = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+_DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>ms|s|m|h|)")
+_DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: How long shutdown waits by default for in-flight calls.
+DEFAULT_DRAIN_TIMEOUT = 20.0
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Settings for :func:`kplug.serve`; :func:`kplug.run` builds one from flags and env."""
+
+    #: kplug's registry, ``host:port`` or ``http://host:port``. ``None``
+    #: serves without heartbeating, e.g. to test a plugin on its own.
+    registry: str | None = DEFAULT_REGISTRY
+    #: ``host:port`` to listen on. Port 0 picks a free port.
+    listen: str = DEFAULT_LISTEN
+    #: ``host[:port]`` kplug dials to reach the plugin, e.g. the plugin's
+    #: Service name in Kubernetes. Without a port (or with port 0) the bound
+    #: port is used; ``None`` means the listen address, with loopback for
+    #: ``0.0.0.0`` or ``::``.
+    advertise: str | None = None
+    #: Overrides :attr:`Plugin.name`.
+    name: str | None = None
+    #: Heartbeat interval to ask the registry for, in seconds; ``None`` lets it choose.
+    heartbeat_interval: float | None = None
+    #: Labels for the Plugin object in kplug.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Reconcile/Finalize calls served at once.
+    max_workers: int = 10
+    #: Seconds in-flight calls may take to finish on shutdown, after deregistering.
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Splits ``host:port`` (IPv6 hosts bracketed: ``[::1]:50052``) into the bare host and the port.
+
+    The host may be empty (``:50052``), meaning every interface.
+    """
+    host, colon, port_text = address.rpartition(":")
+    if not colon:
+        raise ValueError(f"{address!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as error:
+            raise ValueError(f"{address!r}: {error}") from None
+    elif ":" in host:
+        raise ValueError(f"{address!r}: IPv6 addresses need brackets, e.g. [::1]:50052")
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"{address!r}: port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """The inverse of :func:`split_host_port`: brackets IPv6 hosts."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether listening on ``host`` means every interface."""
+    return host in _LOOPBACK_FOR_WILDCARD
+
+
+def bind_address(listen: str) -> str:
+    """The address to bind for ``listen``; an empty host (``:50052``) binds every interface."""
+    host, port = split_host_port(listen)
+    return join_host_port(host or "::", port)
+
+
+def advertised_address(listen: str, bound_port: int, advertise: str | None) -> str:
+    """The ``host:port`` kplug should dial, given where the plugin listens and the port it got."""
+    if advertise:
+        if ":" not in advertise or (advertise.startswith("[") and advertise.endswith("]")):
+            host, port = advertise.strip("[]"), 0
+        else:
+            host, port = split_host_port(advertise)
+        if not host or is_wildcard(host):
+            raise ValueError(f"advertise address {advertise!r} must name a host kplug can dial")
+        return join_host_port(host, port or bound_port)
+    host, _ = split_host_port(listen)
+    return join_host_port(_LOOPBACK_FOR_WILDCARD.get(host, host), bound_port)
+
+
+def registry_target(registry: str) -> str:
+    """The gRPC target for the registry address ``registry``.
+
+    Accepts ``host:port`` and ``http://host:port`` (plain HTTP/2) and passes
+    ``unix:`` targets through. TLS is not supported yet.
+    """
+    value = registry.strip()
+    if value.startswith("unix:"):
+        return value
+    scheme, separator, rest = value.partition("://")
+    if separator:
+        if scheme == "https":
+            raise ValueError(f"registry {registry!r}: TLS is not supported yet; use http:// or host:port")
+        if scheme != "http":
+            raise ValueError(f"registry {registry!r}: unsupported scheme {scheme!r}; use http:// or host:port")
+        value = rest.rstrip("/")
+    host, port = split_host_port(value)
+    if not host or port == 0:
+        raise ValueError(f"registry {registry!r} needs a host and a non-zero port")
+    return join_host_port(host, port)
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """Parses one ``key=value`` label."""
+    key, equals, value = text.strip().partition("=")
+    if not equals or not key:
+        raise ValueError(f"label {text!r} is not key=value")
+    return key, value
+
+
+def parse_duration(text: str) -> float:
+    """Parses ``1500ms``, ``5s``, ``2m``, ``1h`` or a bare number of seconds into seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 2m, 1h or seconds")
+    return float(match["number"]) * _DURATION_UNITS[match["unit"]]
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Parses ``key=value,key=value`` (``KPLUG_LABELS``)."""
+    return dict(parse_label(item) for item in text.split(",") if item.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Adds the SDK's flags to ``parser``, with defaults taken from ``environ``."""
+
+    def env(name: str, default: str | None = None) -> str | None:
+        return environ.get(name) or default
+
+    group = parser.add_argument_group("kplug")
+    group.add_argument(
+        "--registry",
+        default=env("KPLUG_REGISTRY", DEFAULT_REGISTRY),
+        help="kplug's registry as host:port or http://host:port (env KPLUG_REGISTRY; default: %(default)s)",
+    )
+    group.add_argument(
+        "--listen",
+        type=_address,
+        default=env("KPLUG_LISTEN", DEFAULT_LISTEN),
+        help="host:port to serve on; port 0 picks a free one (env KPLUG_LISTEN; default: %(default)s)",
+    )
+    group.add_argument(
+        "--advertise",
+        default=env("KPLUG_ADVERTISE"),
+        metavar="HOST[:PORT]",
+        help="where kplug reaches this plugin; without a port, the bound port "
+        "(env KPLUG_ADVERTISE; default: the listen address)",
+    )
+    group.add_argument("--name", default=env("KPLUG_NAME"), help="the plugin's name in kplug (env KPLUG_NAME)")
+    group.add_argument(
+        "--heartbeat-interval",
+        type=_positive_duration,
+        default=env("KPLUG_HEARTBEAT_INTERVAL"),
+        metavar="DURATION",
+        help="heartbeat interval to ask for (env KPLUG_HEARTBEAT_INTERVAL; default: the registry's choice)",
+    )
+    group.add_argument(
+        "--label",
+        dest="labels",
+        type=_label,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label for the Plugin object; repeatable (env KPLUG_LABELS: key=value,key=value)",
+    )
+    group.add_argument(
+        "--drain-timeout",
+        type=_duration,
+        default=env("KPLUG_DRAIN_TIMEOUT", "20s"),
+        metavar="DURATION",
+        help="on shutdown, how long in-flight calls may take to finish after deregistering "
+        "(env KPLUG_DRAIN_TIMEOUT; default: %(default)s)",
+    )
+    group.add_argument(
+        "--max-workers",
+        type=_positive_int,
+        default=env("KPLUG_MAX_WORKERS", "10"),
+        metavar="N",
+        help="calls served at once (env KPLUG_MAX_WORKERS; default: %(default)s)",
+    )
+    group.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=_LOG_LEVELS,
+        default=env("KPLUG_LOG_LEVEL", "INFO"),
+        help="(env KPLUG_LOG_LEVEL; default: %(default)s)",
+    )
+
+
+def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    """The :class:`Config` for arguments parsed by a parser set up with :func:`add_arguments`.
+
+    Raises :class:`ValueError` for a bad registry address or ``KPLUG_LABELS``.
+    """
+    registry_target(args.registry)
+    labels = dict(args.labels) if args.labels is not None else parse_labels(environ.get("KPLUG_LABELS", ""))
+    return Config(
+        registry=args.registry,
+        listen=args.listen,
+        advertise=args.advertise,
+        name=args.name,
+        heartbeat_interval=args.heartbeat_interval,
+        labels=labels,
+        max_workers=args.max_workers,
+        drain_timeout=args.drain_timeout,
+    )
+
+
+def _address(text: str) -> str:
+    try:
+        split_host_port(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _label(text: str) -> tuple[str, str]:
+    try:
+        return parse_label(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_duration(text: str) -> float:
+    value = _duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be more than zero")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value

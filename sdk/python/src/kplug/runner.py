@@ -1,0 +1,103 @@
+"""``kplug.run``: a plugin's whole life as a process, from flags to graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from kplug.config import add_arguments, from_arguments
+from kplug.plugin import Plugin
+from kplug.server import ServeError, serve
+
+_log = logging.getLogger(__name__)
+
+_SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
+    """Runs ``plugin`` until SIGTERM or SIGINT, then shuts down gracefully and returns.
+
+    Parses the command line (``argv``, default ``sys.argv[1:]``; see
+    :mod:`kplug.config` for the flags and their environment variables) along
+    with the plugin's own flags (:meth:`Plugin.add_arguments`), sets up
+    logging to stderr, serves the plugin and heartbeats into kplug.
+
+    On the first SIGTERM or SIGINT it stops heartbeating, deregisters, and
+    lets in-flight calls finish within ``--drain-timeout``; a second signal
+    ends the process at once. Bad flags exit with status 2 and a plugin that
+    cannot be served with status 1.
+
+    Must be called from the main thread (Python delivers signals there).
+    """
+    parser = argparse.ArgumentParser(description=type(plugin).__doc__)
+    add_arguments(parser, os.environ)
+    plugin.add_arguments(parser)
+    args = parser.parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        config = from_arguments(args, os.environ)
+        plugin.configure(args)
+    except ValueError as error:
+        parser.error(str(error))
+
+    with _ShutdownSignals() as signals:
+        try:
+            server = serve(plugin, config)
+        except (ServeError, ValueError) as error:
+            _log.error("cannot serve the plugin: %s", error)
+            raise SystemExit(1) from None
+        try:
+            received = signals.wait()
+            _log.info("received %s, shutting down", received)
+        finally:
+            server.stop()
+
+
+def _configure_logging(level: str) -> None:
+    """Logs to stderr unless the application configured logging already."""
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+class _ShutdownSignals:
+    """Turns the first SIGTERM/SIGINT into an event; the handlers are restored on exit.
+
+    Installed before serving starts, so a signal arriving in between is not lost.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._received = ""
+        self._previous: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
+
+    def __enter__(self) -> _ShutdownSignals:
+        for sig in _SHUTDOWN_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            # None: the handler was not installed from Python; the default is the best guess.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def wait(self) -> str:
+        """Blocks until a shutdown signal arrives; returns its name."""
+        self._event.wait()
+        return self._received
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        self._received = signal.Signals(signum).name
+        self._event.set()
+        # A second signal ends the process without waiting for the shutdown.
+        for sig in _SHUTDOWN_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)

@@ -1,0 +1,207 @@
+"""Serving a plugin: the gRPC server, its health service and the heartbeats."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from kplug._version import __version__
+from kplug._wire import seconds_duration
+from kplug.config import Config, advertised_address, bind_address
+from kplug.heartbeat import Heartbeater, HeartbeatStatus
+from kplug.plugin import ApiRef, Plugin, check_name
+from kplug.proto import PROTOCOL_VERSION, plugin_pb2_grpc, registry_pb2
+from kplug.service import PluginService
+
+_log = logging.getLogger(__name__)
+
+#: This SDK's name and version, as announced to the registry.
+SDK = f"kplug-sdk-python/{__version__}"
+#: What every plugin served by this SDK supports.
+CAPABILITIES = ("Reconcile", "Finalize", "DryRun")
+#: The gRPC service name reported SERVING by the health service.
+SERVICE_NAME = "kplug.v1alpha1.Plugin"
+
+
+class ServeError(RuntimeError):
+    """The plugin cannot be served, e.g. because its listen address is taken."""
+
+
+class Server:
+    """A running plugin, as returned by :func:`serve`.
+
+    Use it as a context manager, or call :meth:`stop`::
+
+        with kplug.serve(Hello(), kplug.Config(listen="127.0.0.1:0")) as server:
+            ...  # kplug reaches the plugin at server.address
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        address: str,
+        port: int,
+        grpc_server: grpc.Server,
+        executor: ThreadPoolExecutor,
+        health_servicer: health.HealthServicer,
+        heartbeater: Heartbeater | None,
+        drain_timeout: float,
+    ) -> None:
+        self.name = name
+        #: ``host:port`` advertised to kplug.
+        self.address = address
+        #: The port actually bound (useful with port 0).
+        self.port = port
+        self._server = grpc_server
+        self._executor = executor
+        self._health = health_servicer
+        self._heartbeater = heartbeater
+        self._drain_timeout = drain_timeout
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def heartbeat_status(self) -> HeartbeatStatus | None:
+        """What the heartbeats have achieved; ``None`` when served without a registry."""
+        return self._heartbeater.status if self._heartbeater else None
+
+    def wait_for_heartbeat(self, predicate: Callable[[HeartbeatStatus], bool], timeout: float) -> bool:
+        """Waits until ``predicate(heartbeat_status)`` holds, e.g. ``lambda s: s.uid is not None``
+        for "registered"; ``False`` if ``timeout`` seconds pass first or there is no registry.
+        """
+        return self._heartbeater is not None and self._heartbeater.wait_for(predicate, timeout)
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Shuts down gracefully; returns when done. Safe to call more than once.
+
+        Reports NOT_SERVING, stops heartbeating and deregisters (so kplug
+        stops sending calls), then gives in-flight calls ``drain_timeout``
+        seconds (default: the config's) to finish before cancelling them.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        grace = self._drain_timeout if drain_timeout is None else drain_timeout
+        _log.info("stopping plugin %r", self.name)
+        self._health.enter_graceful_shutdown()
+        if self._heartbeater is not None:
+            self._heartbeater.stop()
+        self._server.stop(grace).wait()
+        # Handlers still running past the grace period cannot be interrupted;
+        # the interpreter waits for them on exit.
+        self._executor.shutdown(wait=False)
+        _log.info("plugin %r stopped", self.name)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Blocks until the server stops; ``False`` if ``timeout`` seconds pass first."""
+        return self._server.wait_for_termination(timeout)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def serve(plugin: Plugin, config: Config | None = None) -> Server:
+    """Starts serving ``plugin`` and heartbeating into kplug's registry; returns at once.
+
+    Raises :class:`ValueError` for an invalid declaration or address (e.g. a
+    plugin name kplug would refuse) and :class:`ServeError` when the listen
+    address cannot be bound. Nothing is left running when it raises.
+    """
+    config = config or Config()
+    name = config.name or plugin.name
+    check_name(name)
+    api = ApiRef.parse(plugin.api)
+
+    executor = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="kplug-rpc")
+    # Without SO_REUSEPORT (on by default in gRPC) a port already in use is
+    # an error instead of a second server silently sharing it.
+    grpc_server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+    plugin_pb2_grpc.add_PluginServicer_to_server(PluginService(plugin), grpc_server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
+    try:
+        port = _bind(grpc_server, config.listen)
+        address = advertised_address(config.listen, port, config.advertise)
+        heartbeater = (
+            Heartbeater(config.registry, _heartbeat_request(plugin, name, api, address, config))
+            if config.registry
+            else None
+        )
+    except BaseException:
+        grpc_server.stop(None)
+        executor.shutdown(wait=False)
+        raise
+
+    grpc_server.start()
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    if heartbeater is not None:
+        heartbeater.start()
+    _log.info(
+        "serving plugin %r (%s, %s %s) on port %d, advertised as %s%s",
+        name,
+        api,
+        plugin.implementation or "no implementation",
+        plugin.version or "unversioned",
+        port,
+        address,
+        f"; registry {config.registry}" if config.registry else "; no registry",
+    )
+    return Server(
+        name=name,
+        address=address,
+        port=port,
+        grpc_server=grpc_server,
+        executor=executor,
+        health_servicer=health_servicer,
+        heartbeater=heartbeater,
+        drain_timeout=config.drain_timeout,
+    )
+
+
+def _bind(grpc_server: grpc.Server, listen: str) -> int:
+    """Binds ``listen`` and returns the port bound."""
+    try:
+        port = grpc_server.add_insecure_port(bind_address(listen))
+    except RuntimeError as error:  # gRPC's way of saying the bind failed
+        raise ServeError(f"cannot listen on {listen}: {error}") from None
+    if port == 0:
+        raise ServeError(f"cannot listen on {listen}")
+    return port
+
+
+def _heartbeat_request(
+    plugin: Plugin, name: str, api: ApiRef, address: str, config: Config
+) -> registry_pb2.HeartbeatRequest:
+    """The declaration sent with every heartbeat."""
+    request = registry_pb2.HeartbeatRequest(
+        name=name,
+        version=plugin.version,
+        api=registry_pb2.PluginApi(group=api.group, resource=api.resource, version=api.version),
+        implementation=plugin.implementation,
+        address=address,
+        extensions=[
+            registry_pb2.ExtensionKind(group=e.group, kind=e.kind, version=e.version) for e in plugin.extensions
+        ],
+        labels=dict(config.labels),
+        protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=CAPABILITIES),
+    )
+    if config.heartbeat_interval is not None:
+        request.interval.CopyFrom(seconds_duration(config.heartbeat_interval))
+    return request

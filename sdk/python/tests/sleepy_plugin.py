@@ -1,0 +1,39 @@
+"""A plugin run as a process by test_run.py.
+
+Reconcile touches ``spec.startedFile`` (if given), sleeps ``spec.sleep``
+seconds and answers with the ``--greeting`` flag, a flag of its own.
+"""
+
+import argparse
+import pathlib
+import time
+
+import kplug
+
+
+class Sleepy(kplug.Plugin):
+    """Naps on request."""
+
+    name = "sleepy"
+    api = "naps.example.com/v1"
+    implementation = "Sleepy"
+    version = "1.0.0"
+    greeting = "hi"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--greeting", default=self.greeting, help="what reconcile answers")
+
+    def configure(self, args: argparse.Namespace) -> None:
+        if not args.greeting:
+            raise ValueError("--greeting must not be empty")
+        self.greeting = args.greeting
+
+    def reconcile(self, request: kplug.Request) -> kplug.Outcome:
+        if "startedFile" in request.spec:
+            pathlib.Path(request.spec["startedFile"]).touch()
+        time.sleep(float(request.spec.get("sleep", 0)))
+        return kplug.Outcome.success("Slept", self.greeting)
+
+
+if __name__ == "__main__":
+    kplug.run(Sleepy())

@@ -1,0 +1,168 @@
+"""Flags, environment fallbacks and addresses."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import kplug
+from kplug.config import (
+    add_arguments,
+    advertised_address,
+    from_arguments,
+    parse_duration,
+    registry_target,
+    split_host_port,
+)
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> kplug.Config:
+    environ = environ or {}
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, environ)
+    return from_arguments(parser.parse_args(argv), environ)
+
+
+def test_defaults_match_config() -> None:
+    assert parse([]) == kplug.Config()
+
+
+def test_flags() -> None:
+    config = parse(
+        [
+            "--registry=http://kplug.kplug-system.svc:50051",
+            "--listen=0.0.0.0:0",
+            "--advertise=hello.plugins.svc",
+            "--name=other",
+            "--heartbeat-interval=750ms",
+            "--drain-timeout=3",
+            "--label=team=storage",
+            "--label=tier=gold",
+            "--max-workers=4",
+        ]
+    )
+    assert config == kplug.Config(
+        registry="http://kplug.kplug-system.svc:50051",
+        listen="0.0.0.0:0",
+        advertise="hello.plugins.svc",
+        name="other",
+        heartbeat_interval=0.75,
+        drain_timeout=3.0,
+        labels={"team": "storage", "tier": "gold"},
+        max_workers=4,
+    )
+
+
+def test_environment_fallbacks_and_flag_precedence() -> None:
+    environ = {
+        "KPLUG_REGISTRY": "10.0.0.1:50051",
+        "KPLUG_LISTEN": "127.0.0.1:6000",
+        "KPLUG_ADVERTISE": "me:6000",
+        "KPLUG_NAME": "from-env",
+        "KPLUG_HEARTBEAT_INTERVAL": "2s",
+        "KPLUG_DRAIN_TIMEOUT": "1m",
+        "KPLUG_LABELS": "a=1, b=2",
+        "KPLUG_MAX_WORKERS": "3",
+    }
+    config = parse([], environ)
+    assert config == kplug.Config(
+        registry="10.0.0.1:50051",
+        listen="127.0.0.1:6000",
+        advertise="me:6000",
+        name="from-env",
+        heartbeat_interval=2.0,
+        drain_timeout=60.0,
+        labels={"a": "1", "b": "2"},
+        max_workers=3,
+    )
+    overridden = parse(["--name=from-flag", "--label=c=3", "--heartbeat-interval=1"], environ)
+    assert (overridden.name, overridden.labels, overridden.heartbeat_interval) == ("from-flag", {"c": "3"}, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["--heartbeat-interval=soon"], {}),
+        (["--heartbeat-interval=0"], {}),
+        ([], {"KPLUG_HEARTBEAT_INTERVAL": "-1s"}),
+        (["--listen=nowhere"], {}),
+        (["--label=novalue"], {}),
+        (["--max-workers=0"], {}),
+        (["--log-level=chatty"], {}),
+    ],
+)
+def test_bad_values_are_usage_errors(
+    argv: list[str], environ: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv, environ)
+    assert exit_info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "environ"), [(["--registry=https://kplug:50051"], {}), ([], {"KPLUG_LABELS": "x"})])
+def test_bad_registry_or_labels_raise(argv: list[str], environ: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        parse(argv, environ)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5", 5.0), ("5s", 5.0), ("1.5s", 1.5), ("250ms", 0.25), (" 2m ", 120.0), ("1h", 3600.0), ("0", 0.0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "s", "5x", "-1s", "five", "1e3", "1.2.3s", "inf"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="500ms"):
+        parse_duration(text)
+
+
+def test_host_port() -> None:
+    assert split_host_port("127.0.0.1:50052") == ("127.0.0.1", 50052)
+    assert split_host_port("[::1]:0") == ("::1", 0)
+    assert split_host_port(":50052") == ("", 50052)
+    for bad in ["localhost", "::1:50052", "host:port", "host:70000", "[nope]:1"]:
+        with pytest.raises(ValueError):
+            split_host_port(bad)
+
+
+@pytest.mark.parametrize(
+    ("listen", "advertise", "expected"),
+    [
+        ("127.0.0.1:0", None, "127.0.0.1:41000"),
+        ("0.0.0.0:0", None, "127.0.0.1:41000"),
+        ("[::]:0", None, "[::1]:41000"),
+        (":0", None, "127.0.0.1:41000"),
+        ("0.0.0.0:0", "hello.plugins.svc", "hello.plugins.svc:41000"),
+        ("0.0.0.0:0", "hello.plugins.svc:0", "hello.plugins.svc:41000"),
+        ("0.0.0.0:0", "hello.plugins.svc:80", "hello.plugins.svc:80"),
+        ("0.0.0.0:0", "[fd00::1]", "[fd00::1]:41000"),
+    ],
+)
+def test_advertised_address(listen: str, advertise: str | None, expected: str) -> None:
+    assert advertised_address(listen, 41000, advertise) == expected
+
+
+def test_advertise_must_name_a_host() -> None:
+    with pytest.raises(ValueError, match="must name a host"):
+        advertised_address("0.0.0.0:0", 41000, "0.0.0.0:80")
+
+
+def test_registry_targets() -> None:
+    assert registry_target("127.0.0.1:50051") == "127.0.0.1:50051"
+    assert registry_target(" http://kplug.kplug-system.svc:50051/ ") == "kplug.kplug-system.svc:50051"
+    assert registry_target("http://[::1]:50051") == "[::1]:50051"
+    assert registry_target("unix:/run/kplug.sock") == "unix:/run/kplug.sock"
+    for bad, why in [
+        ("https://kplug:50051", "TLS"),
+        ("ftp://kplug:21", "scheme"),
+        ("http://", "not host:port"),
+        ("kplug:0", "non-zero port"),
+        ("", "not host:port"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            registry_target(bad)
