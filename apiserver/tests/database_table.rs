@@ -6,6 +6,7 @@ mod common;
 
 // The MariaDB plugin's tests already know how to run a private server.
 #[path = "../../examples/database-table/mariadb-plugin/tests/support/mariadb.rs"]
+#[allow(dead_code)] // this test needs only part of it
 mod mariadb;
 
 use std::path::{Path, PathBuf};
