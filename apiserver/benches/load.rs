@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -99,6 +100,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    let usage_before = CpuUsage::now()?;
 
     let (lists, memory) = {
         let server = Server::start(&binary)?;
@@ -113,7 +115,8 @@ fn main() -> Result<()> {
         runtime.block_on(first_registrations(&server))?
     };
 
-    print_machine(&binary)?;
+    let others = CpuUsage::now()?.others_since(&usage_before);
+    print_machine(&binary, &others)?;
     print_heartbeats(&[steady, first]);
     print_lists(&lists);
     print_memory(&memory);
@@ -236,7 +239,10 @@ fn parse_banner(banner: &str) -> Result<(SocketAddr, SocketAddr)> {
         let address: SocketAddr = text
             .parse()
             .with_context(|| format!("bad {scheme} address {text:?} in the banner"))?;
-        ensure!(address.ip().is_loopback(), "{address} is not a loopback address");
+        ensure!(
+            address.ip().is_loopback(),
+            "{address} is not a loopback address"
+        );
         Ok(address)
     };
     Ok((address("https://")?, address("grpc://")?))
@@ -252,25 +258,88 @@ fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| format!("no {field} in {path}"))
 }
 
-/// User plus system CPU time of all threads of a process, from `/proc/.../stat`.
+/// Sums `fields` of a `/proc/.../stat` file, in ticks; field 0 is the one
+/// after the parenthesized command name (field 3, state, in proc(5)).
+fn stat_ticks(stat_path: &str, fields: RangeInclusive<usize>) -> Result<u64> {
+    let stat =
+        std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let values: Vec<&str> = after_name.split_whitespace().collect();
+    fields
+        .map(|index| {
+            values
+                .get(index)
+                .and_then(|value| value.parse::<u64>().ok())
+        })
+        .sum::<Option<u64>>()
+        .with_context(|| format!("malformed {stat_path}"))
+}
+
+fn ticks(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
+}
+
+/// User plus system CPU time of all threads of a process (utime, stime).
 fn cpu_time(stat_path: &str) -> Result<Duration> {
-    let stat = std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
-    // Fields after the parenthesized command name start at field 3 (state);
-    // utime and stime are fields 14 and 15.
-    let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let tick = |index: usize| -> Result<u64> {
-        fields
-            .get(index)
-            .and_then(|field| field.parse().ok())
-            .with_context(|| format!("malformed {stat_path}"))
-    };
-    let ticks = tick(11)? + tick(12)?;
-    Ok(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
+    stat_ticks(stat_path, 11..=12).map(ticks)
 }
 
 fn own_cpu_time() -> Result<Duration> {
     cpu_time("/proc/self/stat")
+}
+
+/// CPU time of the whole machine, to tell how much other work shared it.
+struct CpuUsage {
+    at: Instant,
+    /// Busy time of all CPUs (everything but idle and iowait).
+    machine_busy: Duration,
+    /// This bench plus its servers, which are children it has waited for.
+    own: Duration,
+}
+
+impl CpuUsage {
+    fn now() -> Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        // cpu user nice system idle iowait irq softirq steal ...
+        let totals: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("cpu "))
+            .context("no cpu line in /proc/stat")?
+            .split_whitespace()
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .context("malformed /proc/stat")?;
+        ensure!(totals.len() == 8, "malformed /proc/stat");
+        let busy = totals[0] + totals[1] + totals[2] + totals[5] + totals[6] + totals[7];
+        Ok(Self {
+            at: Instant::now(),
+            machine_busy: ticks(busy),
+            // utime, stime, cutime, cstime
+            own: ticks(stat_ticks("/proc/self/stat", 11..=14)?),
+        })
+    }
+
+    /// CPU time other processes used since `before`, and the CPU time there was.
+    fn others_since(&self, before: &Self) -> OtherLoad {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let busy = self.machine_busy.saturating_sub(before.machine_busy);
+        let own = self.own.saturating_sub(before.own);
+        OtherLoad {
+            used: busy.saturating_sub(own),
+            available: (self.at - before.at) * u32::try_from(cpus).unwrap_or(1),
+        }
+    }
+}
+
+/// Competition from other processes during the run.
+struct OtherLoad {
+    used: Duration,
+    available: Duration,
 }
 
 // ---------------------------------------------------------------------------
@@ -316,7 +385,7 @@ fn heartbeat_requests(indices: std::ops::Range<usize>) -> Arc<[HeartbeatRequest]
 
 /// What one heartbeat run measured.
 struct HeartbeatRun {
-    variant: &'static str,
+    variant: String,
     accepted: usize,
     elapsed: Duration,
     latencies: Latencies,
@@ -342,9 +411,15 @@ struct WorkerResult {
 async fn unchanged_heartbeats(server: &Server) -> Result<HeartbeatRun> {
     let requests = heartbeat_requests(0..STEADY_PLUGINS);
     eprintln!("registering {STEADY_PLUGINS} plugins");
-    send_heartbeats(server, "registration", requests.clone(), requests.len()).await?;
+    send_heartbeats(
+        server,
+        "registration".to_owned(),
+        requests.clone(),
+        STEADY_PLUGINS,
+    )
+    .await?;
     eprintln!("sending {STEADY_HEARTBEATS} unchanged heartbeats");
-    let variant = "unchanged (10,000 live plugins)";
+    let variant = format!("unchanged ({} live plugins)", thousands(STEADY_PLUGINS));
     send_heartbeats(server, variant, requests, STEADY_HEARTBEATS).await
 }
 
@@ -352,15 +427,16 @@ async fn unchanged_heartbeats(server: &Server) -> Result<HeartbeatRun> {
 async fn first_registrations(server: &Server) -> Result<HeartbeatRun> {
     eprintln!("registering {FIRST_REGISTRATIONS} new plugins");
     let requests = heartbeat_requests(0..FIRST_REGISTRATIONS);
-    let variant = "first registrations (empty registry)";
-    send_heartbeats(server, variant, requests.clone(), requests.len()).await
+    let variant = "first registrations (empty registry)".to_owned();
+    let total = requests.len();
+    send_heartbeats(server, variant, requests, total).await
 }
 
 /// Sends `total` heartbeats, cycling through `requests`, from
 /// `CHANNELS` × `IN_FLIGHT_PER_CHANNEL` concurrent callers.
 async fn send_heartbeats(
     server: &Server,
-    variant: &'static str,
+    variant: String,
     requests: Arc<[HeartbeatRequest]>,
     total: usize,
 ) -> Result<HeartbeatRun> {
@@ -519,7 +595,8 @@ async fn lists_and_memory(server: &Server) -> Result<(Vec<ListRun>, Vec<MemoryPo
     for size in LIST_SIZES {
         eprintln!("registering plugins {registered}..{size}");
         let requests = heartbeat_requests(registered..size);
-        send_heartbeats(server, "registration", requests.clone(), requests.len()).await?;
+        let total = requests.len();
+        send_heartbeats(server, "registration".to_owned(), requests, total).await?;
         registered = size;
         tokio::time::sleep(SETTLE).await;
         memory.push(MemoryPoint {
@@ -527,7 +604,10 @@ async fn lists_and_memory(server: &Server) -> Result<(Vec<ListRun>, Vec<MemoryPo
             rss_kib: server.rss_kib()?,
         });
         for variant in &LIST_VARIANTS {
-            eprintln!("timing {LIST_REQUESTS} lists of {size} plugins as {}", variant.label);
+            eprintln!(
+                "timing {LIST_REQUESTS} lists of {size} plugins as {}",
+                variant.label
+            );
             lists.push(measure_list(&mut api, size, variant).await?);
         }
     }
@@ -639,7 +719,10 @@ impl ApiClient {
             .header(http::header::ACCEPT, accept)
             .body(Empty::new())
             .context("building the request")?;
-        self.sender.ready().await.context("the API connection closed")?;
+        self.sender
+            .ready()
+            .await
+            .context("the API connection closed")?;
         let response = self
             .sender
             .send_request(request)
@@ -743,7 +826,7 @@ fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(digit);
@@ -755,7 +838,7 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "**missed**" }
 }
 
-fn print_machine(binary: &Path) -> Result<()> {
+fn print_machine(binary: &Path, others: &OtherLoad) -> Result<()> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").context("reading /proc/cpuinfo")?;
     let model = cpuinfo
         .lines()
@@ -769,6 +852,12 @@ fn print_machine(binary: &Path) -> Result<()> {
     println!("- CPU: {model}, {cpus} CPUs (`nproc`), shared by the server and the load generator");
     println!("- Memory: {}", mib(memory));
     println!("- Kernel: Linux {}", kernel.trim());
+    println!(
+        "- Other processes used {:.1} of the {:.1} CPU-seconds there were during the run ({:.0} %)",
+        others.used.as_secs_f64(),
+        others.available.as_secs_f64(),
+        100.0 * others.used.as_secs_f64() / others.available.as_secs_f64().max(f64::EPSILON),
+    );
     println!("- Server: `{}` (release build)", binary.display());
     println!("- Command: `{COMMAND}`");
     println!();
