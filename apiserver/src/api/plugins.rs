@@ -58,6 +58,9 @@ pub struct ListOptions {
 impl ListOptions {
     /// True when `plugin` passes both selectors.
     pub fn selects(&self, plugin: &Plugin) -> bool {
+        if self.field_selector.is_empty() && self.label_selector.is_empty() {
+            return true;
+        }
         self.field_selector.matches_name(plugin.name())
             && self.label_selector.matches(
                 plugin

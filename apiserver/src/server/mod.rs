@@ -14,7 +14,7 @@ use axum::Router;
 use jiff::Timestamp;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tower::ServiceBuilder;
 
 use crate::api::{self, AppState, openapi::OpenApi};
@@ -102,9 +102,12 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(HeartbeatService::new(registry.clone()).into_server())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-                let _ = grpc_stopped.changed().await;
-            }),
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                async move {
+                    let _ = grpc_stopped.changed().await;
+                },
+            ),
     );
     let forget_task = tokio::spawn(proxy.forget_departed(registry.clone()));
     let sweep_task = tokio::spawn(sweep(registry, stopped));

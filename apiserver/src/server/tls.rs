@@ -87,6 +87,10 @@ pub async fn serve(
             },
             _ = shutdown.changed() => return,
         };
+        // Without it, small responses wait for the peer's delayed ACK (40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%remote, error = %e, "setting TCP_NODELAY failed");
+        }
         let acceptor = acceptor.clone();
         let app = app.clone();
         tokio::spawn(async move {
