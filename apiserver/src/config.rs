@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::api::WatchSettings;
 use crate::api::reconcile::ReconcileSettings;
+use crate::auth::delegated::DelegatedSettings;
 use crate::proxy::ProxyConfig;
 use crate::registry::RegistryConfig;
 
@@ -28,6 +29,11 @@ pub enum Command {
     /// Run on this machine without a cluster: makes its own CA, serving and
     /// admin certificates and a kubeconfig for kubectl.
     Standalone(StandaloneConfig),
+    /// Run as an aggregated API server of a cluster: delegated
+    /// authentication and authorization, authenticated heartbeats.
+    Serve(ClusterConfig),
+    /// Make a CA and a serving certificate for the APIService and print the caBundle.
+    Certs(CertsConfig),
 }
 
 /// Configuration of standalone mode.
@@ -43,6 +49,81 @@ pub struct StandaloneConfig {
     /// gRPC address plugins heartbeat to (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub grpc_listen: SocketAddr,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+/// Configuration of cluster mode.
+#[derive(Debug, Args)]
+pub struct ClusterConfig {
+    /// HTTPS address of the Kubernetes API (the APIService's Service points here).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// gRPC (TLS) address plugins heartbeat to.
+    #[arg(long, default_value = "0.0.0.0:8444")]
+    pub grpc_listen: SocketAddr,
+    /// Serving certificate (PEM); reloaded when it changes.
+    #[arg(long)]
+    pub tls_cert_file: PathBuf,
+    /// Serving key (PEM); reloaded when it changes.
+    #[arg(long)]
+    pub tls_private_key_file: PathBuf,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+    /// kubeconfig for talking to kube-apiserver; default: in-cluster, or $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long TokenReview answers are cached.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authentication_cache_ttl: Duration,
+    /// How long allowed SubjectAccessReview answers are cached.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authorization_allowed_cache_ttl: Duration,
+    /// How long denied SubjectAccessReview answers are cached.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authorization_denied_cache_ttl: Duration,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+impl From<&ClusterConfig> for DelegatedSettings {
+    fn from(config: &ClusterConfig) -> Self {
+        Self {
+            token_ttl: config.authentication_cache_ttl,
+            allowed_ttl: config.authorization_allowed_cache_ttl,
+            denied_ttl: config.authorization_denied_cache_ttl,
+            ..Self::default()
+        }
+    }
+}
+
+/// What `kplug-apiserver certs` makes.
+#[derive(Debug, Args)]
+pub struct CertsConfig {
+    /// The Service in front of kplug (the APIService's spec.service.name).
+    #[arg(long, default_value = "kplug")]
+    pub service: String,
+    /// Its namespace.
+    #[arg(long, default_value = "kplug-system")]
+    pub namespace: String,
+    /// Where ca.crt, ca.key, tls.crt and tls.key are written.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    /// An existing CA certificate to sign with (rotating the serving certificate only).
+    #[arg(long, requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+    /// The existing CA's key.
+    #[arg(long, requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+    /// Validity of the serving certificate, in days.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub days: u32,
+}
+
+/// Tunables both modes share.
+#[derive(Debug, Args)]
+pub struct Tuning {
     #[command(flatten)]
     pub registry: RegistryFlags,
     #[command(flatten)]
@@ -207,6 +288,20 @@ mod tests {
             "127.0.0.1:0",
             "--grpc-listen",
             "127.0.0.1:0",
+        ]);
+        assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    #[test]
+    fn serve_requires_the_serving_certificate() {
+        assert!(Cli::try_parse_from(["kplug-apiserver", "serve"]).is_err());
+        let cli = Cli::try_parse_from([
+            "kplug-apiserver",
+            "serve",
+            "--tls-cert-file",
+            "/c",
+            "--tls-private-key-file",
+            "/k",
         ]);
         assert!(cli.is_ok(), "{cli:?}");
     }

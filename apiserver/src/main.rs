@@ -12,5 +12,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Standalone(config) => runtime.block_on(server::run_standalone(config)),
+        Command::Serve(config) => runtime.block_on(server::run_cluster(config)),
+        Command::Certs(config) => server::certs::run(&config),
     }
 }

@@ -1,29 +1,39 @@
 //! Authentication and authorization of API requests.
 //!
-//! In standalone mode a request is authenticated by an x509 client
-//! certificate that chains to kplug's own CA (rustls has verified the chain
-//! during the handshake); every authenticated user may do everything.
-//! Cluster mode (delegated authentication and SubjectAccessReviews) is not
-//! built yet.
+//! Standalone mode trusts x509 client certificates of its own CA (rustls
+//! verified the chain during the handshake) and lets every authenticated
+//! user do everything. Cluster mode delegates both decisions to
+//! kube-apiserver ([`delegated`]).
 
+pub mod attributes;
+pub mod cache;
+pub mod delegated;
+pub mod verifier;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rustls::pki_types::CertificateDer;
+use serde::Serialize;
 
 use crate::api::status::ApiError;
+pub use attributes::Attributes;
+use delegated::Delegated;
 
 /// An authenticated user, as Kubernetes names one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct User {
     pub name: String,
     pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl User {
-    /// The user a verified client certificate names: CN is the user, each O a group.
+    /// The user a client certificate names: CN is the user, each O a group.
     pub fn from_certificate(der: &CertificateDer<'_>) -> Option<Self> {
         let (_, certificate) = x509_parser::parse_x509_certificate(der).ok()?;
         let subject = certificate.subject();
@@ -32,33 +42,90 @@ impl User {
             .iter_organization()
             .filter_map(|o| o.as_str().ok().map(str::to_owned))
             .collect();
-        Some(Self { name, groups })
+        Some(Self {
+            name,
+            groups,
+            extra: BTreeMap::new(),
+        })
     }
 }
 
-/// What the TLS layer learned about the connection's peer; attached to
-/// every request on that connection.
+/// What a connection's client certificate proves; attached to every
+/// request on that connection.
 #[derive(Debug, Clone, Default)]
-pub struct Peer {
-    /// The user of a client certificate that rustls verified, if any.
-    pub certificate_user: Option<Arc<User>>,
+pub enum PeerIdentity {
+    /// No certificate, or one that proves nothing.
+    #[default]
+    Anonymous,
+    /// A client certificate naming a user.
+    User(Arc<User>),
+    /// kube-apiserver's front proxy, which asserts users in headers.
+    FrontProxy { common_name: String, allowed: bool },
 }
 
-/// Middleware: rejects unauthenticated requests with a `401` Status and
-/// makes the [`User`] available to handlers.
-pub async fn authenticate(mut request: Request, next: Next) -> Response {
-    let user = request
-        .extensions()
-        .get::<Peer>()
-        .and_then(|peer| peer.certificate_user.clone());
-    match user {
-        Some(user) => {
-            request.extensions_mut().insert(user);
-            next.run(request).await
+/// How requests are authenticated and authorized.
+pub enum Auth {
+    /// Client certificates of kplug's own CA; everyone authenticated may do everything.
+    Standalone,
+    /// kube-apiserver decides.
+    Delegated(Arc<Delegated>),
+}
+
+impl Auth {
+    /// What a verified certificate chain (end entity first) proves.
+    pub fn identify(&self, chain: &[CertificateDer<'_>]) -> PeerIdentity {
+        match self {
+            // The handshake accepted only certificates of kplug's CA.
+            Self::Standalone => chain
+                .first()
+                .and_then(User::from_certificate)
+                .map_or(PeerIdentity::Anonymous, |user| {
+                    PeerIdentity::User(Arc::new(user))
+                }),
+            Self::Delegated(delegated) => delegated.identify(chain),
         }
-        None => ApiError::Unauthorized(
-            "Unauthorized: a client certificate signed by kplug's CA is required".to_owned(),
-        )
-        .into_response(),
+    }
+
+    async fn check(&self, request: &Parts) -> Result<User, ApiError> {
+        let peer = request
+            .extensions
+            .get::<PeerIdentity>()
+            .cloned()
+            .unwrap_or_default();
+        match self {
+            Self::Standalone => match peer {
+                PeerIdentity::User(user) => Ok((*user).clone()),
+                _ => Err(ApiError::Unauthorized(
+                    "Unauthorized: a client certificate signed by kplug's CA is required"
+                        .to_owned(),
+                )),
+            },
+            Self::Delegated(delegated) => {
+                let user = delegated.authenticate(&peer, &request.headers).await?;
+                let attributes = Attributes::of_request(
+                    &request.method,
+                    request.uri.path(),
+                    request.uri.query(),
+                );
+                delegated.authorize(&user, &attributes).await?;
+                Ok(user)
+            }
+        }
+    }
+}
+
+/// Middleware: answers `401`/`403` Statuses, or passes the request on with
+/// its [`User`].
+pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    match auth.check(&parts).await {
+        Ok(user) => {
+            parts.extensions.insert(Arc::new(user));
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(error) => {
+            tracing::debug!(path = %parts.uri.path(), %error, "request refused");
+            error.into_response()
+        }
     }
 }

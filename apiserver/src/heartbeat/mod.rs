@@ -15,6 +15,9 @@ use tonic::{Request, Response, Status};
 
 pub use validate::{FieldError, Invalid, declaration};
 
+use crate::api::status::ApiError;
+use crate::auth::Attributes;
+use crate::auth::delegated::Delegated;
 use crate::registry::Registry;
 
 /// What the server announces it can do, so plugins can adapt.
@@ -24,11 +27,51 @@ const SERVER_CAPABILITIES: &[&str] = &["Deregister"];
 #[derive(Clone)]
 pub struct HeartbeatService {
     registry: Arc<Registry>,
+    /// Cluster mode: who may heartbeat under which name. Without it
+    /// (standalone mode, loopback only) callers are trusted.
+    auth: Option<Arc<Delegated>>,
+}
+
+fn grpc_status(error: ApiError) -> Status {
+    match error {
+        ApiError::Unauthorized(message) => Status::unauthenticated(message),
+        ApiError::Forbidden(message) => Status::permission_denied(message),
+        other => Status::unavailable(other.to_string()),
+    }
 }
 
 impl HeartbeatService {
-    pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
+    pub fn new(registry: Arc<Registry>, auth: Option<Arc<Delegated>>) -> Self {
+        Self { registry, auth }
+    }
+
+    /// The identity allowed to heartbeat under `name`, in cluster mode.
+    async fn authorize<T>(
+        &self,
+        request: &Request<T>,
+        name: &str,
+    ) -> Result<Option<String>, Status> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "a ServiceAccount token is required: send it as \"authorization: Bearer TOKEN\" (the SDKs' --token-file)",
+                )
+            })?;
+        let user = auth.review_token(token).await.map_err(grpc_status)?;
+        auth.authorize(&user, &Attributes::heartbeat(name))
+            .await
+            .map_err(grpc_status)?;
+        Ok(Some(user.name))
     }
 
     /// The tonic service, ready to add to a server.
@@ -67,7 +110,10 @@ impl RegistryApi for HeartbeatService {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let declaration = match declaration(request.into_inner(), &self.registry, None) {
+        let registered_by = self.authorize(&request, &request.get_ref().name).await.inspect_err(|status| {
+            tracing::info!(plugin = %request.get_ref().name, reason = %status.message(), "heartbeat refused");
+        })?;
+        let declaration = match declaration(request.into_inner(), &self.registry, registered_by) {
             Ok(declaration) => declaration,
             Err(Invalid::Fields(errors)) => {
                 let invalid = Invalid::Fields(errors);
@@ -109,6 +155,7 @@ impl RegistryApi for HeartbeatService {
         &self,
         request: Request<DeregisterRequest>,
     ) -> Result<Response<DeregisterResponse>, Status> {
+        self.authorize(&request, &request.get_ref().name).await?;
         let request = request.into_inner();
         if request.name.is_empty() || request.address.is_empty() {
             return Err(Status::invalid_argument(

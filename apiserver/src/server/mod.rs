@@ -1,7 +1,9 @@
 //! Wiring: listeners, TLS, background tasks and shutdown.
 
+pub mod certs;
 pub mod health;
 pub mod pki;
+pub mod serving_cert;
 pub mod standalone;
 pub mod tls;
 
@@ -12,26 +14,30 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use jiff::Timestamp;
+use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
-use tower::ServiceBuilder;
 
 use crate::api::{self, AppState, openapi::OpenApi};
-use crate::auth;
-use crate::config::StandaloneConfig;
+use crate::auth::delegated::Delegated;
+use crate::auth::verifier::{optional_client_auth, roots};
+use crate::auth::{self, Auth};
+use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
 use crate::heartbeat::HeartbeatService;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
+use serving_cert::ServingCert;
 
 /// How often expired registrations are collected. Well under the shortest
 /// allowed interval, so expiry is late by at most this much.
 const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 
-/// The HTTP application: probes open to all, the API behind authentication.
-pub fn app(state: AppState, openapi: Arc<OpenApi>) -> Router {
-    let api = api::router(state, openapi)
-        .layer(ServiceBuilder::new().layer(axum::middleware::from_fn(auth::authenticate)));
+/// The HTTP application: probes open to all, the API behind authentication
+/// and authorization.
+pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>) -> Router {
+    let api =
+        api::router(state, openapi).layer(axum::middleware::from_fn_with_state(auth, auth::guard));
     health::router().merge(api)
 }
 
@@ -48,30 +54,81 @@ async fn sweep(registry: Arc<Registry>, mut shutdown: watch::Receiver<bool>) {
 }
 
 async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
     let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
             }
         }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 async fn bind(address: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(address)
         .await
         .with_context(|| format!("binding the {what} address {address}"))
+}
+
+/// The parts both modes share.
+struct Core {
+    registry: Arc<Registry>,
+    proxy: Arc<Proxy>,
+    state: AppState,
+    openapi: Arc<OpenApi>,
+}
+
+impl Core {
+    fn new(tuning: &Tuning) -> anyhow::Result<Self> {
+        let registry = Arc::new(Registry::new((&tuning.registry).into()));
+        let proxy = Arc::new(Proxy::new((&tuning.proxy).into()));
+        let state = AppState {
+            registry: registry.clone(),
+            proxy: proxy.clone(),
+            watch: (&tuning.watch).into(),
+            reconcile: (&tuning.proxy).into(),
+        };
+        Ok(Self {
+            registry,
+            proxy,
+            state,
+            openapi: Arc::new(OpenApi::new()?),
+        })
+    }
+
+    /// Serves until SIGINT or SIGTERM. `grpc` serves heartbeats; the
+    /// registry's background tasks run alongside.
+    async fn run(
+        self,
+        https: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        auth: Arc<Auth>,
+        grpc: impl FnOnce(watch::Receiver<bool>) -> tokio::task::JoinHandle<anyhow::Result<()>>,
+        stop: watch::Sender<bool>,
+    ) -> anyhow::Result<()> {
+        let stopped = stop.subscribe();
+        let app = app(self.state, self.openapi, auth.clone());
+        let https_task = tokio::spawn(tls::serve(https, tls, app, auth, stopped.clone()));
+        let grpc_task = grpc(stopped.clone());
+        let forget_task = tokio::spawn(self.proxy.forget_departed(self.registry.clone()));
+        let sweep_task = tokio::spawn(sweep(self.registry, stopped));
+
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+        let _ = https_task.await;
+        let _ = sweep_task.await;
+        forget_task.abort();
+        match grpc_task.await {
+            Ok(result) => result.context("gRPC server"),
+            Err(e) => Err(anyhow::anyhow!("gRPC server task failed: {e}")),
+        }
+    }
 }
 
 /// Runs standalone mode until SIGINT or SIGTERM.
@@ -84,33 +141,25 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let dir = config.state_dir();
     let local = standalone::prepare(&dir, https_address)
         .with_context(|| format!("preparing certificates in {}", dir.display()))?;
-    let tls = tls::server_config(&local.serving.cert, &local.serving.key, &local.ca_pem)?;
-
-    let registry = Arc::new(Registry::new((&config.registry).into()));
-    let proxy = Arc::new(Proxy::new((&config.proxy).into()));
-    let state = AppState {
-        registry: registry.clone(),
-        proxy: proxy.clone(),
-        watch: (&config.watch).into(),
-        reconcile: (&config.proxy).into(),
+    let cert = Arc::new(ServingCert::fixed(&local.serving.cert, &local.serving.key)?);
+    let tls = tls::server_config(cert, optional_client_auth(roots(&local.ca_pem)?))?;
+    let core = Core::new(&config.tuning)?;
+    // Heartbeats are plain gRPC, trusted: standalone mode is for one machine.
+    let heartbeats = HeartbeatService::new(core.registry.clone(), None).into_server();
+    let grpc_server = move |mut stopped: watch::Receiver<bool>| {
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(heartbeats)
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                    async move {
+                        let _ = stopped.changed().await;
+                    },
+                )
+                .await
+                .map_err(anyhow::Error::from)
+        })
     };
-    let openapi = Arc::new(OpenApi::new()?);
-    let (stop, stopped) = watch::channel(false);
-
-    let https_task = tokio::spawn(tls::serve(https, tls, app(state, openapi), stopped.clone()));
-    let mut grpc_stopped = stopped.clone();
-    let grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(HeartbeatService::new(registry.clone()).into_server())
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(grpc).with_nodelay(Some(true)),
-                async move {
-                    let _ = grpc_stopped.changed().await;
-                },
-            ),
-    );
-    let forget_task = tokio::spawn(proxy.forget_departed(registry.clone()));
-    let sweep_task = tokio::spawn(sweep(registry, stopped));
 
     tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug standalone is serving");
     println!(
@@ -118,16 +167,61 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         standalone::server_url(https_address),
         local.kubeconfig.display(),
     );
+    let (stop, _) = watch::channel(false);
+    core.run(https, tls, Arc::new(Auth::Standalone), grpc_server, stop)
+        .await
+}
 
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    let _ = stop.send(true);
-    let _ = https_task.await;
-    let _ = sweep_task.await;
-    forget_task.abort();
-    match grpc_task.await {
-        Ok(result) => result.context("gRPC server")?,
-        Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
-    }
-    Ok(())
+async fn kube_client(config: &ClusterConfig) -> anyhow::Result<kube::Client> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster or $KUBECONFIG configuration")?,
+    };
+    Ok(kube::Client::try_from(kube_config)?)
+}
+
+/// Runs cluster mode until SIGINT or SIGTERM.
+pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
+    let cert = Arc::new(
+        ServingCert::from_files(
+            config.tls_cert_file.clone(),
+            config.tls_private_key_file.clone(),
+        )
+        .context("loading the serving certificate")?,
+    );
+    let client = kube_client(&config).await?;
+    let delegated = Arc::new(Delegated::new(client, (&config).into()));
+    delegated.load().await;
+    let https = bind(config.listen, "HTTPS").await?;
+    let grpc = bind(config.grpc_listen, "gRPC").await?;
+    let (https_address, grpc_address) = (https.local_addr()?, grpc.local_addr()?);
+
+    let tls = tls::server_config(cert.clone(), delegated.tls_verifier())?;
+    // Plugins authenticate with bearer tokens, not certificates.
+    let grpc_tls = tls::server_config(cert.clone(), WebPkiClientVerifier::no_client_auth())?;
+    let core = Core::new(&config.tuning)?;
+    let auth = Arc::new(Auth::Delegated(delegated.clone()));
+    let heartbeats = tonic::service::Routes::new(
+        HeartbeatService::new(core.registry.clone(), Some(delegated.clone())).into_server(),
+    )
+    .into_axum_router();
+    let grpc_auth = auth.clone();
+    let grpc_server = move |stopped: watch::Receiver<bool>| {
+        tokio::spawn(async move {
+            tls::serve(grpc, grpc_tls, heartbeats, grpc_auth, stopped).await;
+            Ok(())
+        })
+    };
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(delegated.follow());
+    tokio::spawn(cert.follow(config.cert_reload_interval, stopped));
+
+    tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug is serving");
+    core.run(https, tls, auth, grpc_server, stop).await
 }

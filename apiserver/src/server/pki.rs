@@ -23,7 +23,8 @@ pub enum PkiError {
 }
 
 const CA_VALIDITY: Duration = Duration::days(3650);
-const LEAF_VALIDITY: Duration = Duration::days(365);
+/// Validity of the certificates standalone mode issues.
+pub const LEAF_VALIDITY: Duration = Duration::days(365);
 
 /// A PEM certificate and its PEM private key.
 #[derive(Clone)]
@@ -97,21 +98,35 @@ impl CertificateAuthority {
         })
     }
 
+    /// Loads a CA from its PEM certificate and key files; `None` when
+    /// either is missing.
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Option<Self>, PkiError> {
+        let (Some(cert), Some(key)) = (read(cert_path)?, read(key_path)?) else {
+            return Ok(None);
+        };
+        let key_pair = KeyPair::from_pem(&key)?;
+        let issuer = Issuer::from_ca_cert_pem(&cert, key_pair)?;
+        Ok(Some(Self {
+            pem: Pem { cert, key },
+            issuer,
+        }))
+    }
+
     /// Loads `ca.crt` and `ca.key` from `dir`, or creates and saves them.
     pub fn load_or_generate(dir: &Path, common_name: &str) -> Result<Self, PkiError> {
         let (cert_path, key_path) = (dir.join("ca.crt"), dir.join("ca.key"));
-        if let (Some(cert), Some(key)) = (read(&cert_path)?, read(&key_path)?) {
-            let key_pair = KeyPair::from_pem(&key)?;
-            let issuer = Issuer::from_ca_cert_pem(&cert, key_pair)?;
-            return Ok(Self {
-                pem: Pem { cert, key },
-                issuer,
-            });
+        if let Some(ca) = Self::load(&cert_path, &key_path)? {
+            return Ok(ca);
         }
         let ca = Self::generate(common_name)?;
-        write(&cert_path, &ca.pem.cert, false)?;
-        write(&key_path, &ca.pem.key, true)?;
+        ca.save(&cert_path, &key_path)?;
         Ok(ca)
+    }
+
+    /// Writes the CA's certificate and (owner-only) key.
+    pub fn save(&self, cert_path: &Path, key_path: &Path) -> Result<(), PkiError> {
+        write(cert_path, &self.pem.cert, false)?;
+        write(key_path, &self.pem.key, true)
     }
 
     /// The CA certificate, PEM.
@@ -120,7 +135,12 @@ impl CertificateAuthority {
     }
 
     /// A serving certificate for the given DNS names and IP addresses.
-    pub fn issue_serving(&self, dns_names: &[String], ips: &[IpAddr]) -> Result<Pem, PkiError> {
+    pub fn issue_serving(
+        &self,
+        dns_names: &[String],
+        ips: &[IpAddr],
+        lifetime: Duration,
+    ) -> Result<Pem, PkiError> {
         let mut params = CertificateParams::new(dns_names.to_vec())?;
         params
             .subject_alt_names
@@ -130,7 +150,7 @@ impl CertificateAuthority {
             dns_names.first().map_or("kplug", String::as_str),
         );
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.issue(params)
+        self.issue(params, lifetime)
     }
 
     /// A client certificate for user `user` in `groups` (CN and O, as
@@ -144,15 +164,15 @@ impl CertificateAuthority {
                 .push(DnType::OrganizationName, *group);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params)
+        self.issue(params, LEAF_VALIDITY)
     }
 
-    fn issue(&self, mut params: CertificateParams) -> Result<Pem, PkiError> {
+    fn issue(&self, mut params: CertificateParams, lifetime: Duration) -> Result<Pem, PkiError> {
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        validity(&mut params, LEAF_VALIDITY);
+        validity(&mut params, lifetime);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Pem {

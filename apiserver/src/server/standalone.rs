@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::pki::{CertificateAuthority, Pem, PkiError, write};
+use super::pki::{CertificateAuthority, LEAF_VALIDITY, Pem, PkiError, write};
 
 /// The admin user kubectl authenticates as. `system:masters` keeps the
 /// kubeconfig meaningful against a real cluster's conventions too.
@@ -35,7 +35,7 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<LocalState, PkiError> {
     if !listen.ip().is_unspecified() && !ips.contains(&listen.ip()) {
         ips.push(listen.ip());
     }
-    let serving = ca.issue_serving(&["localhost".to_owned()], &ips)?;
+    let serving = ca.issue_serving(&["localhost".to_owned()], &ips, LEAF_VALIDITY)?;
     let admin = ca.issue_client(ADMIN_USER, &[ADMIN_GROUP])?;
     let kubeconfig = dir.join("kubeconfig");
     write(

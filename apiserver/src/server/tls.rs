@@ -8,15 +8,14 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use rustls::RootCertStore;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::ResolvesServerCert;
+use rustls::server::danger::ClientCertVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::auth::{Peer, User};
+use crate::auth::{Auth, PeerIdentity};
 
 /// A slow or stuck handshake must not hold a task forever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -26,43 +25,26 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum TlsError {
     #[error("reading PEM: {0}")]
     Pem(#[from] std::io::Error),
+    #[error("no certificate in the certificate PEM")]
+    NoCertificate,
     #[error("no private key in the key PEM")]
     NoKey,
-    #[error("no certificate in the client CA PEM")]
-    NoClientCa,
     #[error(transparent)]
     Rustls(#[from] rustls::Error),
-    #[error("client certificate verifier: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
 }
 
-/// A rustls server config serving `cert_pem`/`key_pem` that verifies client
-/// certificates against `client_ca_pem` when a client presents one.
+/// A rustls server config presenting `cert` that asks clients for
+/// certificates as `client_verifier` says (never requiring one: probes and
+/// bearer-token clients come without).
 pub fn server_config(
-    cert_pem: &str,
-    key_pem: &str,
-    client_ca_pem: &str,
+    cert: Arc<dyn ResolvesServerCert>,
+    client_verifier: Arc<dyn ClientCertVerifier>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> =
-        rustls_pemfile::certs(&mut cert_pem.as_bytes()).collect::<Result<_, _>>()?;
-    let key: PrivateKeyDer<'static> =
-        rustls_pemfile::private_key(&mut key_pem.as_bytes())?.ok_or(TlsError::NoKey)?;
-    let mut roots = RootCertStore::empty();
-    for ca in rustls_pemfile::certs(&mut client_ca_pem.as_bytes()) {
-        roots.add(ca?)?;
-    }
-    if roots.is_empty() {
-        return Err(TlsError::NoClientCa);
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        // Probes and (later) bearer-token clients come without a certificate.
-        .allow_unauthenticated()
-        .build()?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)?;
+        .with_client_cert_verifier(client_verifier)
+        .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -73,6 +55,7 @@ pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
+    auth: Arc<Auth>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
@@ -93,6 +76,7 @@ pub async fn serve(
         }
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
@@ -105,15 +89,11 @@ pub async fn serve(
                     return;
                 }
             };
-            let peer = Peer {
-                certificate_user: tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .and_then(User::from_certificate)
-                    .map(Arc::new),
-            };
+            let peer = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map_or(PeerIdentity::Anonymous, |chain| auth.identify(chain));
             let service = app.map_request(move |mut request: axum::extract::Request<_>| {
                 request.extensions_mut().insert(peer.clone());
                 request

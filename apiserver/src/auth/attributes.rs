@@ -1,0 +1,184 @@
+//! What a request asks to do, in the terms of a SubjectAccessReview.
+
+use axum::http::Method;
+use serde::Serialize;
+
+use crate::v1alpha1::{GROUP, VERSION};
+
+/// The attributes an authorizer decides on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum Attributes {
+    Resource {
+        verb: String,
+        resource: String,
+        subresource: String,
+        name: String,
+    },
+    NonResource {
+        verb: String,
+        path: String,
+    },
+}
+
+impl Attributes {
+    /// Classifies a request the way kube-apiserver's RequestInfo does.
+    pub fn of_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let prefix = format!("/apis/{GROUP}/{VERSION}/");
+        let Some(rest) = path.strip_prefix(&prefix).filter(|r| !r.is_empty()) else {
+            return Self::NonResource {
+                verb: method.as_str().to_lowercase(),
+                path: path.to_owned(),
+            };
+        };
+        let mut parts = rest.split('/');
+        let resource = parts.next().unwrap_or_default().to_owned();
+        let name = parts.next().unwrap_or_default().to_owned();
+        let subresource = parts.collect::<Vec<_>>().join("/");
+        let watch = query.is_some_and(|q| {
+            q.split('&')
+                .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+        });
+        let verb = match (method, name.is_empty()) {
+            (&Method::GET | &Method::HEAD, true) if watch => "watch",
+            (&Method::GET | &Method::HEAD, true) => "list",
+            (&Method::GET | &Method::HEAD, false) => "get",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, true) => "deletecollection",
+            (&Method::DELETE, false) => "delete",
+            (other, _) => {
+                return Self::NonResource {
+                    verb: other.as_str().to_lowercase(),
+                    path: path.to_owned(),
+                };
+            }
+        };
+        Self::Resource {
+            verb: verb.to_owned(),
+            resource,
+            subresource,
+            name,
+        }
+    }
+
+    /// A plugin's right to heartbeat under `name`.
+    pub fn heartbeat(name: &str) -> Self {
+        Self::Resource {
+            verb: "create".to_owned(),
+            resource: "plugins".to_owned(),
+            subresource: "heartbeat".to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The denial message, worded as kube-apiserver words it.
+    pub fn forbidden(&self, user: &str, reason: &str) -> String {
+        let because = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason}")
+        };
+        match self {
+            Self::Resource {
+                verb,
+                resource,
+                subresource,
+                name,
+            } => {
+                let full = if subresource.is_empty() {
+                    resource.clone()
+                } else {
+                    format!("{resource}/{subresource}")
+                };
+                let object = if name.is_empty() {
+                    format!("{resource}.{GROUP}")
+                } else {
+                    format!("{resource}.{GROUP} {name:?}")
+                };
+                format!(
+                    "{object} is forbidden: User {user:?} cannot {verb} resource {full:?} in API \
+                     group {GROUP:?} at the cluster scope{because}"
+                )
+            }
+            Self::NonResource { verb, path } => {
+                format!("forbidden: User {user:?} cannot {verb} path {path:?}{because}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(verb: &str, resource: &str, subresource: &str, name: &str) -> Attributes {
+        Attributes::Resource {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn requests_map_to_verbs_and_resources() {
+        let p = "/apis/plugins.kplug.io/v1alpha1";
+        let of = |m: Method, path: &str, q: Option<&str>| Attributes::of_request(&m, path, q);
+        assert_eq!(
+            of(Method::GET, &format!("{p}/plugins"), None),
+            resource("list", "plugins", "", "")
+        );
+        assert_eq!(
+            of(
+                Method::GET,
+                &format!("{p}/plugins"),
+                Some("labelSelector=a&watch=true")
+            ),
+            resource("watch", "plugins", "", "")
+        );
+        assert_eq!(
+            of(Method::GET, &format!("{p}/plugins/x"), None),
+            resource("get", "plugins", "", "x")
+        );
+        assert_eq!(
+            of(Method::DELETE, &format!("{p}/plugins/x"), None),
+            resource("delete", "plugins", "", "x")
+        );
+        assert_eq!(
+            of(Method::POST, &format!("{p}/plugins/x/reconcile"), None),
+            resource("create", "plugins", "reconcile", "x")
+        );
+        assert_eq!(
+            of(Method::POST, &format!("{p}/reconciles"), None),
+            resource("create", "reconciles", "", "")
+        );
+        assert_eq!(
+            of(Method::GET, p, None),
+            Attributes::NonResource {
+                verb: "get".to_owned(),
+                path: p.to_owned()
+            }
+        );
+        assert_eq!(
+            of(Method::GET, "/openapi/v2", None),
+            Attributes::NonResource {
+                verb: "get".to_owned(),
+                path: "/openapi/v2".to_owned()
+            }
+        );
+    }
+
+    #[test]
+    fn forbidden_messages_read_like_kubernetes() {
+        assert_eq!(
+            resource("list", "plugins", "", "").forbidden("someone", ""),
+            "plugins.plugins.kplug.io is forbidden: User \"someone\" cannot list resource \"plugins\" in API group \"plugins.kplug.io\" at the cluster scope"
+        );
+        assert!(
+            resource("create", "plugins", "reconcile", "db")
+                .forbidden("op", "no RBAC policy matched")
+                .ends_with("cannot create resource \"plugins/reconcile\" in API group \"plugins.kplug.io\" at the cluster scope: no RBAC policy matched")
+        );
+    }
+}
