@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kplug's tests need and a fresh machine may lack: kubectl,
-# curl, PostgreSQL and MariaDB (Debian packages) and the Python virtualenv. Idempotent and
+# curl, PostgreSQL and MariaDB (Debian packages), the Python virtualenv and
+# a kube-apiserver. Idempotent and
 # quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +22,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 hack/python-env.sh
+
+# The cluster end-to-end test runs a real kube-apiserver, built once from
+# Debian's source and cached under ~/.cache/kplug (about 6 minutes the first time).
+hack/kube-apiserver-build.sh >/dev/null

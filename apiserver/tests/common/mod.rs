@@ -89,9 +89,17 @@ pub struct Lines(Mutex<mpsc::Receiver<String>>);
 
 impl Lines {
     pub fn new(stdout: ChildStdout) -> Self {
+        Self::from_reader(stdout)
+    }
+
+    pub fn new_stderr(stderr: std::process::ChildStderr) -> Self {
+        Self::from_reader(stderr)
+    }
+
+    fn from_reader(reader: impl std::io::Read + Send + 'static) -> Self {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in BufReader::new(reader).lines().map_while(Result::ok) {
                 if tx.send(line).is_err() {
                     return;
                 }
