@@ -1,0 +1,21 @@
+# syntax=docker/dockerfile:1
+# The PostgreSQL plugin's image. From the repository root:
+#
+#   docker build -f examples/database-table/deploy/postgresql-plugin.Dockerfile \
+#     -t ghcr.io/kplug/database-table-postgresql-plugin:0.1.0 .
+FROM python:3.12-slim-bookworm AS build
+RUN python -m venv /opt/venv
+COPY sdk/python /src/sdk/python
+COPY examples/database-table/postgresql-plugin /src/postgresql-plugin
+# psycopg[binary] brings its own libpq: no system packages needed.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    /opt/venv/bin/pip install /src/sdk/python /src/postgresql-plugin
+
+FROM python:3.12-slim-bookworm
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+EXPOSE 50051
+ENTRYPOINT ["database-table-postgresql-plugin"]
