@@ -13,6 +13,7 @@ from kplug.config import (
     from_arguments,
     parse_duration,
     registry_target,
+    registry_uses_tls,
     split_host_port,
 )
 
@@ -40,6 +41,8 @@ def test_flags() -> None:
             "--label=team=storage",
             "--label=tier=gold",
             "--max-workers=4",
+            "--token-file=/var/run/secrets/kplug/token",
+            "--registry-ca-file=/var/run/kplug/ca/ca.crt",
         ]
     )
     assert config == kplug.Config(
@@ -51,12 +54,14 @@ def test_flags() -> None:
         drain_timeout=3.0,
         labels={"team": "storage", "tier": "gold"},
         max_workers=4,
+        token_file="/var/run/secrets/kplug/token",
+        registry_ca_file="/var/run/kplug/ca/ca.crt",
     )
 
 
 def test_environment_fallbacks_and_flag_precedence() -> None:
     environ = {
-        "KPLUG_REGISTRY": "10.0.0.1:50051",
+        "KPLUG_REGISTRY": "https://10.0.0.1:8444",
         "KPLUG_LISTEN": "127.0.0.1:6000",
         "KPLUG_ADVERTISE": "me:6000",
         "KPLUG_NAME": "from-env",
@@ -64,10 +69,12 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         "KPLUG_DRAIN_TIMEOUT": "1m",
         "KPLUG_LABELS": "a=1, b=2",
         "KPLUG_MAX_WORKERS": "3",
+        "KPLUG_TOKEN_FILE": "/token",
+        "KPLUG_REGISTRY_CA_FILE": "/ca.crt",
     }
     config = parse([], environ)
     assert config == kplug.Config(
-        registry="10.0.0.1:50051",
+        registry="https://10.0.0.1:8444",
         listen="127.0.0.1:6000",
         advertise="me:6000",
         name="from-env",
@@ -75,9 +82,12 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         drain_timeout=60.0,
         labels={"a": "1", "b": "2"},
         max_workers=3,
+        token_file="/token",
+        registry_ca_file="/ca.crt",
     )
-    overridden = parse(["--name=from-flag", "--label=c=3", "--heartbeat-interval=1"], environ)
+    overridden = parse(["--name=from-flag", "--label=c=3", "--heartbeat-interval=1", "--token-file=/t2"], environ)
     assert (overridden.name, overridden.labels, overridden.heartbeat_interval) == ("from-flag", {"c": "3"}, 1.0)
+    assert overridden.token_file == "/t2"
 
 
 @pytest.mark.parametrize(
@@ -101,9 +111,17 @@ def test_bad_values_are_usage_errors(
     assert "error" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "environ"), [(["--registry=https://kplug:50051"], {}), ([], {"KPLUG_LABELS": "x"})])
-def test_bad_registry_or_labels_raise(argv: list[str], environ: dict[str, str]) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        (["--registry=ftp://kplug:21"], {}, "unsupported scheme"),
+        (["--registry=https://kplug:8444"], {}, "--registry-ca-file"),
+        ([], {"KPLUG_REGISTRY": "https://kplug:8444"}, "KPLUG_REGISTRY_CA_FILE"),
+        ([], {"KPLUG_LABELS": "x"}, "not key=value"),
+    ],
+)
+def test_bad_registry_or_labels_raise(argv: list[str], environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         parse(argv, environ)
 
 
@@ -157,8 +175,12 @@ def test_registry_targets() -> None:
     assert registry_target(" http://kplug.kplug-system.svc:50051/ ") == "kplug.kplug-system.svc:50051"
     assert registry_target("http://[::1]:50051") == "[::1]:50051"
     assert registry_target("unix:/run/kplug.sock") == "unix:/run/kplug.sock"
+    assert registry_target("https://kplug.kplug-system.svc:8444") == "kplug.kplug-system.svc:8444"
+    assert registry_uses_tls("https://kplug.kplug-system.svc:8444")
+    assert not registry_uses_tls("http://kplug:50051")
+    assert not registry_uses_tls("kplug:50051")
     for bad, why in [
-        ("https://kplug:50051", "TLS"),
+        ("https://", "not host:port"),
         ("ftp://kplug:21", "scheme"),
         ("http://", "not host:port"),
         ("kplug:0", "non-zero port"),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tls_certs import make_pki
 
 import kplug
 from kplug.testing import FakeRegistry, PluginClient
@@ -110,7 +111,7 @@ def test_sigint_and_environment_fallbacks(registry: FakeRegistry, spawn: Spawn) 
     [
         (["--heartbeat-interval", "soon"], "invalid duration"),
         (["--greeting", ""], "--greeting must not be empty"),
-        (["--registry", "https://kplug:50051"], "TLS is not supported"),
+        (["--registry", "https://kplug:50051"], "--registry-ca-file"),
         (["--no-such-flag"], "unrecognized arguments"),
     ],
 )
@@ -132,7 +133,16 @@ def test_help_lists_sdk_and_plugin_flags(spawn: Spawn, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, str(PLUGIN), "--help"], capture_output=True, text=True, timeout=15, check=True
     )
-    for flag in ["--registry", "--listen", "--advertise", "--name", "--heartbeat-interval", "--drain-timeout"]:
+    for flag in [
+        "--registry",
+        "--listen",
+        "--advertise",
+        "--name",
+        "--heartbeat-interval",
+        "--drain-timeout",
+        "--token-file",
+        "--registry-ca-file",
+    ]:
         assert flag in result.stdout
     assert "--greeting" in result.stdout
     assert "Naps on request." in result.stdout
@@ -144,3 +154,39 @@ class PluginThatHoldsAPort(kplug.Plugin):
 
     def reconcile(self, request: kplug.Request) -> kplug.Outcome:
         return kplug.Outcome.success()
+
+
+def test_cluster_mode_from_the_environment(spawn: Spawn, tmp_path: Path) -> None:
+    """TLS and a token, configured the way a Deployment does; a refusal is logged with kplug's message."""
+    pki = make_pki()
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(pki.ca)
+    token_file = tmp_path / "token"
+    with FakeRegistry(interval=0.3, tls=pki.tls, tokens=["token-a"]) as registry:
+        plugin = spawn(
+            env={
+                "KPLUG_REGISTRY": registry.url,
+                "KPLUG_REGISTRY_CA_FILE": str(ca_file),
+                "KPLUG_TOKEN_FILE": str(token_file),
+                "KPLUG_LISTEN": "127.0.0.1:0",
+                # Refusals carry no interval: retried at the one asked for.
+                "KPLUG_HEARTBEAT_INTERVAL": "300ms",
+            }
+        )
+        assert registry.wait_for_heartbeats(1)[0].token is None
+        token_file.write_text("token-a")
+        deadline = time.monotonic() + 10
+        while registry.heartbeats[-1].token != "token-a":
+            assert time.monotonic() < deadline, "the token file was not reread"
+            time.sleep(0.05)
+        plugin.popen.send_signal(signal.SIGTERM)
+        assert plugin.wait() == 0
+        assert registry.deregistration_tokens == ["token-a"]
+    assert "cannot use the ServiceAccount token file" in plugin.stderr
+    assert "kplug refused the heartbeat: a ServiceAccount token is required" in plugin.stderr
+
+
+def test_https_without_a_ca_file_exits_2(spawn: Spawn) -> None:
+    plugin = spawn("--listen", "127.0.0.1:0", env={"KPLUG_REGISTRY": "https://kplug:8444"})
+    assert plugin.wait() == 2
+    assert "KPLUG_REGISTRY_CA_FILE" in plugin.stderr

@@ -1,6 +1,7 @@
 //! Where a plugin listens, how kplug reaches it, and where it heartbeats.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::DEFAULT_REGISTRY;
@@ -31,6 +32,29 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--name` | `KPLUG_NAME` | the plugin's own name |
 /// | `--heartbeat-interval` | `KPLUG_HEARTBEAT_INTERVAL` | the registry's choice |
 /// | `--drain-timeout` | `KPLUG_DRAIN_TIMEOUT` | `20s` |
+/// | `--token-file` | `KPLUG_TOKEN_FILE` | none: heartbeats carry no token |
+/// | `--registry-ca-file` | `KPLUG_REGISTRY_CA_FILE` | none; required for `https://` |
+///
+/// kplug's standalone registry speaks plain gRPC (`http://`) and needs
+/// neither of the last two. In cluster mode (`kplug-apiserver serve`) the
+/// registry serves TLS and checks who heartbeats:
+///
+/// - `--registry https://kplug.kplug-system.svc:8444` dials it over TLS,
+///   verifying kplug's serving certificate against `--registry-ca-file`: the
+///   PEM of the CA that signed it, e.g. the `kplug-ca` ConfigMap mounted
+///   into the pod. The name checked is the URL's host. There is no default
+///   trust store, so `https://` without a CA file fails at start.
+/// - `--token-file` is a Kubernetes ServiceAccount token, e.g. a projected
+///   token volume, sent as `authorization: Bearer <token>` with every
+///   heartbeat and the deregistration. The file is read afresh for each, as
+///   the kubelet rotates projected tokens. A missing or unreadable file is
+///   logged and the heartbeat goes out without a token, so kplug's refusal
+///   says what is wrong. kplug reviews the token and requires the identity
+///   to be allowed to `create` `plugins/heartbeat` (group `plugins.kplug.io`)
+///   for the plugin's name; its refusals (`UNAUTHENTICATED`,
+///   `PERMISSION_DENIED`) are logged and retried at the heartbeat interval,
+///   and show in [`Status`](crate::Status) as
+///   [`Refused`](crate::heartbeat::Outcome::Refused).
 ///
 /// ```
 /// # #[cfg(feature = "clap")] {
@@ -55,8 +79,9 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 #[non_exhaustive]
 pub struct Config {
-    /// kplug's registry endpoint: an http:// URL or host:port, e.g.
-    /// kplug.kplug-system.svc:50051.
+    /// kplug's registry endpoint: an http:// or https:// URL, or host:port
+    /// for plain http, e.g. https://kplug.kplug-system.svc:8444. https://
+    /// needs --registry-ca-file.
     #[cfg_attr(
         feature = "clap",
         arg(long, env = crate::REGISTRY_ENV, default_value = DEFAULT_REGISTRY)
@@ -96,8 +121,18 @@ pub struct Config {
         arg(long, env = "KPLUG_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)
     )]
     pub drain_timeout: Duration,
-    // Authenticated heartbeats (a service-account token file, `--token-file`)
-    // will be configured here once the registry checks them.
+
+    /// File holding a Kubernetes ServiceAccount token, sent to kplug as
+    /// "authorization: Bearer TOKEN" with every heartbeat; reread each time,
+    /// as projected tokens rotate. kplug in cluster mode requires it.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_TOKEN_FILE"))]
+    pub token_file: Option<PathBuf>,
+
+    /// PEM file with the CA certificate(s) that signed kplug's serving
+    /// certificate, e.g. from the kplug-ca ConfigMap. Required for an
+    /// https:// registry.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_REGISTRY_CA_FILE"))]
+    pub registry_ca_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -109,6 +144,8 @@ impl Default for Config {
             name: None,
             heartbeat_interval: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            token_file: None,
+            registry_ca_file: None,
         }
     }
 }
@@ -153,6 +190,20 @@ impl Config {
     #[must_use]
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// Sets the ServiceAccount token file sent with heartbeats.
+    #[must_use]
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token_file = Some(path.into());
+        self
+    }
+
+    /// Sets the PEM file of the CA to trust for an `https://` registry.
+    #[must_use]
+    pub fn registry_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.registry_ca_file = Some(path.into());
         self
     }
 }
@@ -235,6 +286,10 @@ mod tests {
             "750ms",
             "--drain-timeout",
             "3",
+            "--token-file",
+            "/var/run/secrets/kplug/token",
+            "--registry-ca-file",
+            "/var/run/kplug/ca/ca.crt",
         ]);
         assert_eq!(
             parsed,
@@ -245,6 +300,8 @@ mod tests {
                 .name("other")
                 .heartbeat_interval(Duration::from_millis(750))
                 .drain_timeout(Duration::from_secs(3))
+                .token_file("/var/run/secrets/kplug/token")
+                .registry_ca_file("/var/run/kplug/ca/ca.crt")
         );
     }
 }

@@ -20,6 +20,26 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// The registry cannot be dialed over TLS as configured, e.g. an
+    /// `https://` registry without a CA to trust
+    /// ([`Config::registry_ca_file`](crate::Config::registry_ca_file)), or a
+    /// CA file without a PEM certificate.
+    #[error("cannot use TLS for the registry {address:?}: {reason}")]
+    RegistryTls {
+        /// The registry address as given.
+        address: String,
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// The registry CA file cannot be read.
+    #[error("cannot read the registry CA file {}", path.display())]
+    ReadRegistryCa {
+        /// The file as configured.
+        path: std::path::PathBuf,
+        /// Why reading failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// A string is not an API reference of the form `resource.group/version`.
     #[error(
         "invalid API {value:?}: {reason}; expected resource.group/version, e.g. \

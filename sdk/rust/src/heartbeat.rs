@@ -3,8 +3,15 @@
 //! kplug forgets a plugin that stops heartbeating, so [`Heartbeater::run`]
 //! never gives up on an unreachable or refusing registry; it retries and
 //! reports what happens through [`Status`].
+//!
+//! Against kplug in cluster mode, heartbeats go over TLS
+//! ([`Heartbeater::registry_ca`]) and carry a Kubernetes ServiceAccount token
+//! ([`Heartbeater::token_file`]); see [`Config`](crate::Config) for the
+//! details.
 
+use std::fmt;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::time::Duration;
 
@@ -12,7 +19,8 @@ use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{DeregisterRequest, HeartbeatRequest, HeartbeatResponse};
 use tokio::sync::watch;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tracing::{Instrument, debug, info, warn};
 
 use crate::{Error, PluginInfo};
@@ -49,17 +57,46 @@ const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(2);
 ///     .await
 /// # }
 /// ```
-#[derive(Debug)]
+///
+/// Against kplug in cluster mode:
+///
+/// ```no_run
+/// # use kplug_sdk::{ApiRef, Heartbeater, PluginInfo};
+/// # async fn example(info: PluginInfo) -> Result<(), Box<dyn std::error::Error>> {
+/// let ca = std::fs::read("/var/run/kplug/ca/ca.crt")?;
+/// Heartbeater::new("https://kplug.kplug-system.svc:8444", info)
+///     .registry_ca(ca)
+///     .token_file("/var/run/secrets/kplug/token")
+///     .run(kplug_sdk::shutdown_signal()?)
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Heartbeater {
     registry: String,
     info: PluginInfo,
     interval: Option<Duration>,
+    token_file: Option<PathBuf>,
+    registry_ca: Option<Vec<u8>>,
     status: watch::Sender<Status>,
+}
+
+impl fmt::Debug for Heartbeater {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeater")
+            .field("registry", &self.registry)
+            .field("info", &self.info)
+            .field("interval", &self.interval)
+            .field("token_file", &self.token_file)
+            .field("registry_ca", &self.registry_ca.as_ref().map(|_| "PEM"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Heartbeater {
     /// Heartbeats `info` into the registry at `registry`, e.g.
-    /// `http://127.0.0.1:50051`. A bare `host:port` means plain HTTP/2.
+    /// `http://127.0.0.1:50051`. A bare `host:port` means plain HTTP/2;
+    /// `https://` needs [`registry_ca`](Self::registry_ca).
     ///
     /// The address is checked by [`run`](Self::run).
     pub fn new(registry: impl Into<String>, info: PluginInfo) -> Self {
@@ -67,8 +104,36 @@ impl Heartbeater {
             registry: registry.into(),
             info,
             interval: None,
+            token_file: None,
+            registry_ca: None,
             status: watch::Sender::new(Status::default()),
         }
+    }
+
+    /// Sends the Kubernetes ServiceAccount token in the file at `path` as
+    /// `authorization: Bearer <token>` with every heartbeat and the
+    /// deregistration, as kplug in cluster mode requires.
+    ///
+    /// The file is read afresh each time, because the kubelet rotates
+    /// projected tokens. When it cannot be read (or is empty) that is
+    /// logged and the heartbeat goes out without a token, so that kplug's
+    /// refusal shows in [`Status`] and the plugin recovers by itself once
+    /// the file appears.
+    #[must_use]
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token_file = Some(path.into());
+        self
+    }
+
+    /// Trusts the CA certificate(s) in `pem` (PEM-encoded) for an
+    /// `https://` registry: the CA that signed kplug's serving certificate,
+    /// e.g. from the `kplug-ca` ConfigMap. The certificate must be valid for
+    /// the registry URL's host. Required for `https://`, as no other roots
+    /// are trusted; ignored (with a warning) for `http://`.
+    #[must_use]
+    pub fn registry_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.registry_ca = Some(pem.into());
+        self
     }
 
     /// Asks the registry for a heartbeat interval. The registry may answer
@@ -91,28 +156,42 @@ impl Heartbeater {
     /// Heartbeats until `shutdown` resolves, then deregisters.
     ///
     /// The first heartbeat goes out at once, later ones at the interval the
-    /// registry asks for. Failures are retried with exponential backoff and
-    /// refusals at the interval, so this only returns early when the
-    /// registry address is invalid.
+    /// registry asks for. Failures are retried with exponential backoff;
+    /// refusals, including gRPC's `UNAUTHENTICATED` and `PERMISSION_DENIED`,
+    /// at the interval. So this only returns early when the registry
+    /// address or its TLS settings are invalid.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidRegistryAddress`] when the registry address cannot
-    /// be dialed; nothing is sent then.
+    /// be dialed, [`Error::RegistryTls`] for an `https://` registry without
+    /// a usable [`registry_ca`](Self::registry_ca); nothing is sent then.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let endpoint = endpoint(&self.registry)?;
+        let endpoint = endpoint(&self.registry, self.registry_ca.as_deref())?;
         let span =
             tracing::info_span!("heartbeat", plugin = %self.info.name, registry = %self.registry);
+        let plain = endpoint.uri().scheme_str() == Some("http");
+        let ca_ignored = plain && self.registry_ca.is_some();
         let mut session = Session {
             client: RegistryClient::new(endpoint.connect_lazy()),
             endpoint,
             request: self.info.heartbeat_request(self.interval),
             interval: self.interval.unwrap_or(DEFAULT_INTERVAL),
+            token: self.token_file.map(TokenFile::new),
             uid: None,
             failures: 0,
             status: self.status,
         };
         async move {
+            if ca_ignored {
+                warn!("ignoring the registry CA: the registry address is plain http://");
+            }
+            if let Some(token) = session.token.as_ref().filter(|_| plain) {
+                warn!(
+                    token_file = %token.path.display(),
+                    "sending the ServiceAccount token over plain http://; use https://"
+                );
+            }
             let mut shutdown = pin!(shutdown);
             loop {
                 // A heartbeat in flight at shutdown is abandoned: the
@@ -165,9 +244,13 @@ pub enum Outcome {
     /// The registry recorded the heartbeat.
     Accepted,
     /// The registry answered but did not record the heartbeat, e.g. because
-    /// another plugin holds the name. Retried at the interval.
+    /// another plugin holds the name, or refused the call as
+    /// `UNAUTHENTICATED` (no or an invalid ServiceAccount token) or
+    /// `PERMISSION_DENIED` (the token's identity may not heartbeat under
+    /// this name). Retried at the interval.
     Refused {
-        /// Machine-readable, e.g. `AddressConflict`.
+        /// Machine-readable, e.g. `AddressConflict`; `Unauthenticated` and
+        /// `PermissionDenied` for the gRPC refusals.
         reason: String,
         /// Human-readable explanation.
         message: String,
@@ -188,18 +271,41 @@ struct Session {
     endpoint: Endpoint,
     request: HeartbeatRequest,
     interval: Duration,
+    token: Option<TokenFile>,
     uid: Option<String>,
     failures: u32,
     status: watch::Sender<Status>,
 }
 
 impl Session {
+    /// `message` as a request, with the token when there is one.
+    async fn request<T>(&mut self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &mut self.token
+            && let Some(authorization) = token.authorization().await
+        {
+            request
+                .metadata_mut()
+                .insert("authorization", authorization);
+        }
+        request
+    }
+
     /// Sends one heartbeat and returns how long to wait for the next.
     async fn heartbeat(&mut self) -> Duration {
         let timeout = self.interval.max(MIN_HEARTBEAT_TIMEOUT);
-        let call = self.client.heartbeat(self.request.clone());
+        let request = self.request(self.request.clone()).await;
+        let call = self.client.heartbeat(request);
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => self.answered(reply.into_inner()),
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    Code::Unauthenticated | Code::PermissionDenied
+                ) =>
+            {
+                self.denied(&status)
+            }
             Ok(Err(status)) => self.failed(status.code(), describe(&status)),
             Err(_) => {
                 // A connection whose peer vanished without closing it looks
@@ -221,10 +327,7 @@ impl Session {
             }
             self.interval = interval;
         }
-        if self.failures > 0 {
-            info!(failures = self.failures, "registry reachable again");
-            self.failures = 0;
-        }
+        self.reachable();
         let outcome = if reply.accepted {
             match self.uid.as_deref() {
                 Some(uid) if uid == reply.uid => debug!("heartbeat accepted"),
@@ -242,9 +345,9 @@ impl Session {
         } else {
             warn!(
                 reason = %reply.reason,
-                detail = %reply.message,
                 retry_in = ?self.interval,
-                "kplug refused the heartbeat"
+                "kplug refused the heartbeat: {}",
+                reply.message
             );
             self.uid = None;
             Outcome::Refused {
@@ -263,6 +366,42 @@ impl Session {
             status.consecutive_failures = 0;
         });
         jitter(self.interval)
+    }
+
+    /// kplug refused the call itself: the token is missing or invalid, or
+    /// its identity may not heartbeat under this name. Neither fixes
+    /// itself within a backoff, so it is retried at the interval, like a
+    /// refusal in the answer.
+    fn denied(&mut self, status: &tonic::Status) -> Duration {
+        self.reachable();
+        let reason = match status.code() {
+            Code::Unauthenticated => "Unauthenticated",
+            _ => "PermissionDenied",
+        };
+        let message = status.message().to_owned();
+        warn!(
+            code = ?status.code(),
+            retry_in = ?self.interval,
+            "kplug refused the heartbeat: {message}"
+        );
+        self.uid = None;
+        self.status.send_modify(|status| {
+            status.uid = None;
+            status.last = Some(Outcome::Refused {
+                reason: reason.to_owned(),
+                message,
+            });
+            status.consecutive_failures = 0;
+        });
+        jitter(self.interval)
+    }
+
+    /// Any answer from the registry ends a run of failures.
+    fn reachable(&mut self) {
+        if self.failures > 0 {
+            info!(failures = self.failures, "registry reachable again");
+            self.failures = 0;
+        }
     }
 
     fn failed(&mut self, code: Code, message: String) -> Duration {
@@ -284,11 +423,15 @@ impl Session {
 
     /// Best effort: the registry drops the registration at its TTL anyway.
     async fn deregister(&mut self) {
-        let request = DeregisterRequest {
+        let message = DeregisterRequest {
             name: self.request.name.clone(),
             address: self.request.address.clone(),
         };
-        match tokio::time::timeout(DEREGISTER_TIMEOUT, self.client.deregister(request)).await {
+        let call = async {
+            let request = self.request(message).await;
+            self.client.deregister(request).await
+        };
+        match tokio::time::timeout(DEREGISTER_TIMEOUT, call).await {
             Ok(Ok(reply)) if reply.get_ref().removed => info!("deregistered from kplug"),
             Ok(Ok(_)) => debug!("nothing to deregister"),
             Ok(Err(status)) => warn!(
@@ -309,9 +452,73 @@ impl Session {
     }
 }
 
-/// Validates `registry` and configures how it is dialed.
-pub(crate) fn endpoint(registry: &str) -> Result<Endpoint, Error> {
+/// The ServiceAccount token file, read for every call.
+struct TokenFile {
+    path: PathBuf,
+    /// What was wrong with the file last time, so that a lasting problem is
+    /// logged once at warn rather than with every heartbeat.
+    problem: Option<String>,
+}
+
+impl TokenFile {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            problem: None,
+        }
+    }
+
+    /// `Bearer <token>`, or `None` (logged) when the file cannot be used.
+    async fn authorization(&mut self) -> Option<AsciiMetadataValue> {
+        match read_token(&self.path).await {
+            Ok(value) => {
+                if self.problem.take().is_some() {
+                    info!(token_file = %self.path.display(), "the token file is usable again");
+                }
+                Some(value)
+            }
+            Err(problem) => {
+                if self.problem.as_ref() == Some(&problem) {
+                    debug!(token_file = %self.path.display(), %problem, "heartbeating without a token");
+                } else {
+                    warn!(
+                        token_file = %self.path.display(),
+                        %problem,
+                        "cannot use the ServiceAccount token file; sending without a token, \
+                         which kplug in cluster mode refuses"
+                    );
+                    self.problem = Some(problem);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The `authorization` value for the token in `path`.
+async fn read_token(path: &Path) -> Result<AsciiMetadataValue, String> {
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|error| error.to_string())?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err("the file is empty".to_owned());
+    }
+    let mut value = MetadataValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| "the token has characters a gRPC header cannot carry".to_owned())?;
+    // Kept out of HTTP/2 header compression tables.
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// Validates `registry` and configures how it is dialed: plain HTTP/2, or
+/// TLS trusting the PEM certificates in `ca` for `https://`.
+pub(crate) fn endpoint(registry: &str, ca: Option<&[u8]>) -> Result<Endpoint, Error> {
     let invalid = |reason: String| Error::InvalidRegistryAddress {
+        address: registry.to_owned(),
+        reason,
+    };
+    let tls_error = |reason: String| Error::RegistryTls {
         address: registry.to_owned(),
         reason,
     };
@@ -321,19 +528,42 @@ pub(crate) fn endpoint(registry: &str) -> Result<Endpoint, Error> {
     } else {
         format!("http://{trimmed}")
     };
-    let endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(error_chain(&e)))?;
-    match endpoint.uri().scheme_str() {
-        Some("http") => {}
-        Some("https") => return Err(invalid("TLS is not supported yet; use http://".into())),
-        other => {
-            return Err(invalid(format!(
-                "unsupported scheme {:?}; use http://",
-                other.unwrap_or_default()
-            )));
-        }
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(error_chain(&e)))?;
+    let scheme = endpoint.uri().scheme_str().unwrap_or_default().to_owned();
+    if !matches!(scheme.as_str(), "http" | "https") {
+        return Err(invalid(format!(
+            "unsupported scheme {scheme:?}; use http:// or https://"
+        )));
     }
-    if endpoint.uri().host().is_none_or(str::is_empty) {
-        return Err(invalid("missing host".into()));
+    let host = match endpoint.uri().host() {
+        Some(host) if !host.is_empty() => host.to_owned(),
+        _ => return Err(invalid("missing host".into())),
+    };
+    if scheme == "https" {
+        let Some(pem) = ca else {
+            return Err(tls_error(
+                "no CA to verify kplug's certificate with: set --registry-ca-file \
+                 (KPLUG_REGISTRY_CA_FILE) to the PEM of the CA that signed it, e.g. from \
+                 the kplug-ca ConfigMap"
+                    .into(),
+            ));
+        };
+        let certificates = rustls_pemfile::certs(&mut &pem[..])
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| tls_error(format!("the registry CA is not valid PEM: {e}")))?;
+        if certificates.is_empty() {
+            return Err(tls_error(
+                "the registry CA holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+            ));
+        }
+        // The certificate must name the host dialed; IPv6 without brackets.
+        let domain = host.trim_start_matches('[').trim_end_matches(']');
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(pem))
+            .domain_name(domain);
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| tls_error(error_chain(&e)))?;
     }
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT))
 }
@@ -359,9 +589,9 @@ fn describe(status: &tonic::Status) -> String {
         root = Some(error);
         cause = error.source();
     }
-    match root {
-        Some(root) => format!("{}: {root}", status.message()),
-        None => status.message().to_owned(),
+    match root.map(ToString::to_string) {
+        Some(root) if !status.message().contains(&root) => format!("{}: {root}", status.message()),
+        _ => status.message().to_owned(),
     }
 }
 
@@ -435,20 +665,46 @@ mod tests {
             "kplug.kplug-system.svc:50051",
             " http://[::1]:50051 ",
         ] {
-            assert!(endpoint(good).is_ok(), "{good:?} should be accepted");
+            assert!(endpoint(good, None).is_ok(), "{good:?} should be accepted");
         }
-        for bad in [
-            "",
-            "https://kplug:50051",
-            "ftp://kplug:21",
-            "http://",
-            "not a uri",
-        ] {
+        for bad in ["", "ftp://kplug:21", "http://", "https://", "not a uri"] {
             assert!(
-                matches!(endpoint(bad), Err(Error::InvalidRegistryAddress { .. })),
+                matches!(
+                    endpoint(bad, Some(b"")),
+                    Err(Error::InvalidRegistryAddress { .. })
+                ),
                 "{bad:?} should be rejected"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn token_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let read = |contents: &str| {
+            std::fs::write(&path, contents).unwrap();
+            read_token(&path)
+        };
+        let value = read(" abc.def-ghi\n").await.unwrap();
+        assert_eq!(value.to_str().unwrap(), "Bearer abc.def-ghi");
+        assert!(value.is_sensitive());
+        assert_eq!(read(" \n").await.unwrap_err(), "the file is empty");
+        assert!(read("a\nb").await.unwrap_err().contains("characters"));
+        assert!(read_token(&dir.path().join("missing")).await.is_err());
+    }
+
+    #[test]
+    fn https_needs_a_usable_ca() {
+        let reason = |ca: Option<&[u8]>| match endpoint("https://kplug:8444", ca) {
+            Err(Error::RegistryTls { reason, .. }) => reason,
+            other => panic!("expected a TLS error, got {other:?}"),
+        };
+        assert!(reason(None).contains("--registry-ca-file"));
+        assert!(reason(Some(b"")).contains("no PEM certificate"));
+        assert!(reason(Some(b"not pem at all")).contains("no PEM certificate"));
+        let broken = b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
+        assert!(reason(Some(broken)).contains("not valid PEM"));
     }
 
     #[test]

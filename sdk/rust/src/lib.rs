@@ -37,8 +37,43 @@
 //! }
 //! ```
 //!
+//! # Heartbeating into kplug in cluster mode
+//!
+//! kplug's standalone registry takes plain gRPC (`http://`) from anyone on
+//! loopback. In cluster mode (`kplug-apiserver serve`) the registry serves
+//! gRPC over TLS with kplug's serving certificate and accepts a heartbeat
+//! only with a Kubernetes ServiceAccount token whose identity may `create`
+//! `plugins/heartbeat` for the plugin's name. Two [`Config`] options cover
+//! it:
+//!
+//! - `--registry-ca-file` (`KPLUG_REGISTRY_CA_FILE`): the PEM of the CA that
+//!   signed kplug's serving certificate, e.g. the `kplug-ca` ConfigMap
+//!   mounted into the pod. Required for an `https://` registry, which is
+//!   verified against it and nothing else; without it the plugin fails at
+//!   start with [`Error::RegistryTls`].
+//! - `--token-file` (`KPLUG_TOKEN_FILE`): the ServiceAccount token, e.g. a
+//!   projected token volume, sent as `authorization: Bearer <token>` with
+//!   every heartbeat and the deregistration. It is reread every time, as
+//!   the kubelet rotates it; a missing or unreadable file is logged and the
+//!   heartbeat goes out without a token.
+//!
+//! ```text
+//! KPLUG_REGISTRY=https://kplug.kplug-system.svc:8444
+//! KPLUG_REGISTRY_CA_FILE=/var/run/kplug/ca/ca.crt
+//! KPLUG_TOKEN_FILE=/var/run/secrets/kplug/token
+//! ```
+//!
+//! kplug answers a missing or invalid token with `UNAUTHENTICATED` and an
+//! identity without the RBAC permission with `PERMISSION_DENIED`. The SDK
+//! logs either at warn ("kplug refused the heartbeat: …", with kplug's
+//! explanation), records it in [`Status`] as a refusal and retries at the
+//! heartbeat interval, so a plugin recovers by itself once its RoleBinding
+//! or token appears.
+//!
 //! [`Heartbeater`] alone keeps a registration alive for programs that serve
-//! the gRPC contract ([`proto`]) themselves.
+//! the gRPC contract ([`proto`]) themselves; its
+//! [`token_file`](Heartbeater::token_file) and
+//! [`registry_ca`](Heartbeater::registry_ca) do the same.
 
 mod config;
 mod error;

@@ -123,11 +123,25 @@ impl<P: Plugin> Server<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidRegistryAddress`], [`Error::Bind`] and
-    /// [`Error::InvalidAdvertiseAddress`].
+    /// [`Error::InvalidRegistryAddress`], [`Error::ReadRegistryCa`],
+    /// [`Error::RegistryTls`] (e.g. an `https://` registry without a CA
+    /// file), [`Error::Bind`] and [`Error::InvalidAdvertiseAddress`].
     pub async fn bind(plugin: P, mut info: PluginInfo, config: Config) -> Result<Self, Error> {
         // Checked before binding: a plugin that cannot heartbeat is useless.
-        heartbeat::endpoint(&config.registry)?;
+        let registry_ca = match &config.registry_ca_file {
+            Some(path) => {
+                Some(
+                    tokio::fs::read(path)
+                        .await
+                        .map_err(|source| Error::ReadRegistryCa {
+                            path: path.clone(),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        heartbeat::endpoint(&config.registry, registry_ca.as_deref())?;
         let bind_error = |source| Error::Bind {
             address: config.listen,
             source,
@@ -150,6 +164,12 @@ impl<P: Plugin> Server<P> {
         let mut heartbeater = Heartbeater::new(config.registry, info.clone());
         if let Some(interval) = config.heartbeat_interval {
             heartbeater = heartbeater.interval(interval);
+        }
+        if let Some(path) = config.token_file {
+            heartbeater = heartbeater.token_file(path);
+        }
+        if let Some(pem) = registry_ca {
+            heartbeater = heartbeater.registry_ca(pem);
         }
         Ok(Self {
             plugin: Arc::new(plugin),

@@ -575,7 +575,7 @@ async fn a_taken_port_is_a_bind_error() {
         "{error}"
     );
 
-    let config = Config::default().registry("https://kplug:50051");
+    let config = Config::default().registry("ftp://kplug:50051");
     let info = PluginInfo::new("echo", ApiRef::new("example.com", "echoes", "v1"));
     let error = Server::bind(Echo::default(), info, config)
         .await

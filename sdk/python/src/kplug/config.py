@@ -4,6 +4,8 @@ Every flag falls back to an environment variable, so the same plugin runs
 from a terminal (flags) and from a Kubernetes Deployment (env):
 
 - ``--registry HOST:PORT`` / ``KPLUG_REGISTRY``: kplug's registry; default ``127.0.0.1:50051``.
+  ``http://`` or a bare ``host:port`` is plain gRPC (kplug's standalone mode); ``https://`` is
+  TLS (cluster mode) and needs ``--registry-ca-file``.
 - ``--listen HOST:PORT`` / ``KPLUG_LISTEN``: where to serve; default ``127.0.0.1:50052``; port 0 picks one.
 - ``--advertise HOST[:PORT]`` / ``KPLUG_ADVERTISE``: where kplug dials; default the listen address
   with the bound port.
@@ -14,12 +16,24 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
 - ``--label KEY=VALUE`` (repeatable) / ``KPLUG_LABELS`` (``k=v,k=v``): labels for the Plugin object.
 - ``--max-workers N`` / ``KPLUG_MAX_WORKERS``: calls served at once; default 10.
 - ``--log-level LEVEL`` / ``KPLUG_LOG_LEVEL``: default ``INFO``.
+- ``--token-file PATH`` / ``KPLUG_TOKEN_FILE``: a Kubernetes ServiceAccount token, e.g. a projected
+  token volume, sent as ``authorization: Bearer <token>`` with every heartbeat and the
+  deregistration. Reread every time, as the kubelet rotates it; a missing or unreadable file is
+  logged and the heartbeat goes out without a token, so kplug's refusal says what is wrong.
+- ``--registry-ca-file PATH`` / ``KPLUG_REGISTRY_CA_FILE``: PEM of the CA that signed kplug's
+  serving certificate (e.g. the ``kplug-ca`` ConfigMap), trusted for an ``https://`` registry; no
+  other roots are, so ``https://`` without it is an error at start.
 
 Durations are written as in the Rust SDK: ``500ms``, ``5s``, ``2m``, ``1h`` or
 a bare number of seconds. The flags, environment variables and defaults
 match the Rust SDK's, so operators configure plugins alike whatever their
-language. Authenticated heartbeats (a ServiceAccount ``--token-file``) will be
-configured here once the registry checks them.
+language.
+
+In cluster mode kplug accepts a heartbeat only with a token whose identity
+may ``create`` ``plugins/heartbeat`` for the plugin's name. It refuses one
+without a valid token as ``UNAUTHENTICATED`` and one without that permission
+as ``PERMISSION_DENIED``; the SDK logs either ("kplug refused the heartbeat:
+...") and retries at the heartbeat interval.
 """
 
 from __future__ import annotations
@@ -48,7 +62,8 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 class Config:
     """Settings for :func:`kplug.serve`; :func:`kplug.run` builds one from flags and env."""
 
-    #: kplug's registry, ``host:port`` or ``http://host:port``. ``None``
+    #: kplug's registry, ``host:port``, ``http://host:port`` or
+    #: ``https://host:port`` (with :attr:`registry_ca_file`). ``None``
     #: serves without heartbeating, e.g. to test a plugin on its own.
     registry: str | None = DEFAULT_REGISTRY
     #: ``host:port`` to listen on. Port 0 picks a free port.
@@ -68,6 +83,11 @@ class Config:
     max_workers: int = 10
     #: Seconds in-flight calls may take to finish on shutdown, after deregistering.
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    #: File holding a Kubernetes ServiceAccount token, sent with every
+    #: heartbeat and the deregistration; reread each time.
+    token_file: str | None = None
+    #: PEM file of the CA to trust for an ``https://`` registry; required for one.
+    registry_ca_file: str | None = None
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -124,23 +144,46 @@ def advertised_address(listen: str, bound_port: int, advertise: str | None) -> s
 def registry_target(registry: str) -> str:
     """The gRPC target for the registry address ``registry``.
 
-    Accepts ``host:port`` and ``http://host:port`` (plain HTTP/2) and passes
-    ``unix:`` targets through. TLS is not supported yet.
+    Accepts ``host:port`` and ``http://host:port`` (plain HTTP/2),
+    ``https://host:port`` (TLS, see :func:`registry_uses_tls`) and passes
+    ``unix:`` targets through.
     """
+    return _parse_registry(registry)[0]
+
+
+def registry_uses_tls(registry: str) -> bool:
+    """Whether the registry address ``registry`` is ``https://``; raises :class:`ValueError` if invalid."""
+    return _parse_registry(registry)[1]
+
+
+def check_registry(registry: str, registry_ca_file: str | None) -> None:
+    """Raises :class:`ValueError` for a registry address the SDK cannot dial as configured."""
+    if registry_uses_tls(registry) and not registry_ca_file:
+        raise ValueError(
+            f"registry {registry!r} uses TLS but no CA to verify kplug's certificate with was given: "
+            "set --registry-ca-file (KPLUG_REGISTRY_CA_FILE) to the PEM of the CA that signed it, "
+            "e.g. from the kplug-ca ConfigMap"
+        )
+
+
+def _parse_registry(registry: str) -> tuple[str, bool]:
+    """The gRPC target for ``registry`` and whether it is TLS."""
     value = registry.strip()
     if value.startswith("unix:"):
-        return value
+        return value, False
     scheme, separator, rest = value.partition("://")
+    tls = False
     if separator:
-        if scheme == "https":
-            raise ValueError(f"registry {registry!r}: TLS is not supported yet; use http:// or host:port")
-        if scheme != "http":
-            raise ValueError(f"registry {registry!r}: unsupported scheme {scheme!r}; use http:// or host:port")
+        if scheme not in ("http", "https"):
+            raise ValueError(
+                f"registry {registry!r}: unsupported scheme {scheme!r}; use http://, https:// or host:port"
+            )
+        tls = scheme == "https"
         value = rest.rstrip("/")
     host, port = split_host_port(value)
     if not host or port == 0:
         raise ValueError(f"registry {registry!r} needs a host and a non-zero port")
-    return join_host_port(host, port)
+    return join_host_port(host, port), tls
 
 
 def parse_label(text: str) -> tuple[str, str]:
@@ -174,7 +217,8 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
     group.add_argument(
         "--registry",
         default=env("KPLUG_REGISTRY", DEFAULT_REGISTRY),
-        help="kplug's registry as host:port or http://host:port (env KPLUG_REGISTRY; default: %(default)s)",
+        help="kplug's registry as host:port, http://host:port or https://host:port (TLS; needs "
+        "--registry-ca-file) (env KPLUG_REGISTRY; default: %(default)s)",
     )
     group.add_argument(
         "--listen",
@@ -221,6 +265,20 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         help="calls served at once (env KPLUG_MAX_WORKERS; default: %(default)s)",
     )
     group.add_argument(
+        "--token-file",
+        default=env("KPLUG_TOKEN_FILE"),
+        metavar="PATH",
+        help="Kubernetes ServiceAccount token sent with every heartbeat as 'authorization: Bearer', reread "
+        "each time as it rotates; kplug in cluster mode requires it (env KPLUG_TOKEN_FILE)",
+    )
+    group.add_argument(
+        "--registry-ca-file",
+        default=env("KPLUG_REGISTRY_CA_FILE"),
+        metavar="PATH",
+        help="PEM of the CA that signed kplug's serving certificate, e.g. from the kplug-ca ConfigMap; "
+        "required for an https:// registry (env KPLUG_REGISTRY_CA_FILE)",
+    )
+    group.add_argument(
         "--log-level",
         type=str.upper,
         choices=_LOG_LEVELS,
@@ -232,9 +290,10 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
 def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     """The :class:`Config` for arguments parsed by a parser set up with :func:`add_arguments`.
 
-    Raises :class:`ValueError` for a bad registry address or ``KPLUG_LABELS``.
+    Raises :class:`ValueError` for a bad registry address (including
+    ``https://`` without ``--registry-ca-file``) or ``KPLUG_LABELS``.
     """
-    registry_target(args.registry)
+    check_registry(args.registry, args.registry_ca_file)
     labels = dict(args.labels) if args.labels is not None else parse_labels(environ.get("KPLUG_LABELS", ""))
     return Config(
         registry=args.registry,
@@ -245,6 +304,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         labels=labels,
         max_workers=args.max_workers,
         drain_timeout=args.drain_timeout,
+        token_file=args.token_file,
+        registry_ca_file=args.registry_ca_file,
     )
 
 

@@ -9,8 +9,16 @@ background thread:
 - a failed heartbeat (registry unreachable, RPC error) is retried after an
   exponential backoff starting at 200 ms, never longer than the interval;
 - a refused heartbeat (``accepted=false``: the registry is fine, the
-  declaration is not) is logged and retried at the interval;
+  declaration is not) is logged and retried at the interval, and so is a call
+  kplug refuses as ``UNAUTHENTICATED`` (no or an invalid ServiceAccount token)
+  or ``PERMISSION_DENIED`` (the token's identity may not heartbeat under this
+  name): neither fixes itself within a backoff;
 - :meth:`Heartbeater.stop` abandons a heartbeat in flight and deregisters.
+
+Against kplug in cluster mode the registry is ``https://`` (trusting the CA
+given as ``registry_ca``) and every heartbeat and the deregistration carry the
+ServiceAccount token in ``token_file`` as ``authorization: Bearer <token>``,
+read afresh each time as the kubelet rotates it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import dataclass, replace
 import grpc
 from google.protobuf import duration_pb2
 
-from kplug.config import registry_target
+from kplug.config import check_registry, registry_target, registry_uses_tls
 from kplug.proto import registry_pb2, registry_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -42,6 +50,13 @@ MIN_HEARTBEAT_TIMEOUT = 1.0
 #: Shutdown waits at most this long to deregister; past it, kplug drops the
 #: registration when its TTL passes anyway.
 DEREGISTER_TIMEOUT = 2.0
+#: kplug's refusals of the call itself, as the ``reason`` of :class:`Refused`.
+_DENIED = {
+    grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated",
+    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
+}
+#: Call metadata, as grpcio takes it.
+Metadata = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +66,15 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """The registry answered but did not record the heartbeat. Retried at the interval."""
+    """The registry answered but did not record the heartbeat. Retried at the interval.
 
-    #: Machine-readable, e.g. ``AddressConflict``.
+    Also kplug's refusals of the call: ``UNAUTHENTICATED`` (no or an invalid
+    ServiceAccount token) and ``PERMISSION_DENIED`` (its identity may not
+    heartbeat under this name).
+    """
+
+    #: Machine-readable, e.g. ``AddressConflict``; ``Unauthenticated`` or
+    #: ``PermissionDenied`` for kplug's refusals of the call.
     reason: str
     message: str
 
@@ -111,7 +132,13 @@ class Heartbeater:
     """Keeps a plugin registered with kplug until :meth:`stop`.
 
     ``request`` is the declaration sent with every heartbeat; its
-    ``interval``, if set, is the interval asked for.
+    ``interval``, if set, is the interval asked for. ``token_file`` names a
+    ServiceAccount token file sent with every call. ``registry_ca`` is the
+    PEM of the CA to trust for an ``https://`` registry, required for one.
+
+    Raises :class:`ValueError` for an invalid registry address, an
+    ``https://`` one without ``registry_ca``, or a ``registry_ca`` without a
+    PEM certificate.
     """
 
     def __init__(
@@ -119,14 +146,29 @@ class Heartbeater:
         registry: str,
         request: registry_pb2.HeartbeatRequest,
         *,
+        token_file: str | None = None,
+        registry_ca: bytes | None = None,
         uniform: Callable[[], float] = random.random,
     ) -> None:
         self._target = registry_target(registry)
+        self._credentials: grpc.ChannelCredentials | None = None
+        if registry_uses_tls(registry):
+            if registry_ca is None:
+                check_registry(registry, None)
+            elif b"-----BEGIN CERTIFICATE-----" not in (registry_ca or b""):
+                raise ValueError("the registry CA holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+            self._credentials = grpc.ssl_channel_credentials(root_certificates=registry_ca)
+        elif registry_ca is not None:
+            _log.warning("ignoring the registry CA: the registry %s is plain http", registry)
+        if token_file and self._credentials is None:
+            _log.warning("sending the ServiceAccount token to %s over plain http; use https://", registry)
+        self._token_file = token_file
+        self._token_problem: str | None = None
         self._request = request
         self._uniform = uniform
         asked = _seconds(request.interval) if request.HasField("interval") else None
         self._interval = asked or DEFAULT_INTERVAL
-        self._channel = grpc.insecure_channel(self._target)
+        self._channel = self._dial()
         self._stub = registry_pb2_grpc.RegistryStub(self._channel)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -175,10 +217,11 @@ class Heartbeater:
     def _heartbeat(self) -> float:
         """Sends one heartbeat and returns how long to wait for the next."""
         timeout = max(self._interval, MIN_HEARTBEAT_TIMEOUT)
+        metadata = self._metadata()
         with self._lock:
             if self._stopping.is_set():
                 return 0.0
-            call = self._stub.Heartbeat.future(self._request, timeout=timeout)
+            call = self._stub.Heartbeat.future(self._request, timeout=timeout, metadata=metadata)
             self._in_flight = call
         try:
             reply = call.result()
@@ -187,6 +230,9 @@ class Heartbeater:
         except grpc.RpcError as error:
             if self._stopping.is_set():
                 return 0.0
+            code, message = _status_of(error)
+            if code in _DENIED:
+                return self._denied(code, message)
             return self._failed(error)
         finally:
             with self._lock:
@@ -200,8 +246,7 @@ class Heartbeater:
                 _log.debug("registry set the heartbeat interval to %.3gs", asked)
             self._interval = asked
         previous = self.status
-        if previous.consecutive_failures:
-            _log.info("registry reachable again after %d failed heartbeats", previous.consecutive_failures)
+        self._reachable(previous)
         result: HeartbeatResult
         if reply.accepted:
             result = Accepted()
@@ -223,9 +268,9 @@ class Heartbeater:
         else:
             result = Refused(reply.reason, reply.message)
             _log.warning(
-                "kplug refused the heartbeat: %s: %s; retrying in %.3gs",
-                reply.reason,
+                "kplug refused the heartbeat: %s (%s); retrying in %.3gs",
                 reply.message,
+                reply.reason,
                 self._interval,
             )
         ttl = _seconds(reply.ttl) if reply.HasField("ttl") else None
@@ -240,6 +285,49 @@ class Heartbeater:
             )
         )
         return jitter(self._interval, self._uniform)
+
+    def _denied(self, code: grpc.StatusCode, message: str) -> float:
+        """kplug refused the call: retried at the interval, like a refusal in the answer."""
+        self._reachable(self.status)
+        _log.warning(
+            "kplug refused the heartbeat: %s (%s); retrying in %.3gs",
+            message,
+            code.name,
+            self._interval,
+        )
+        result = Refused(_DENIED[code], message)
+        self._update(lambda status: replace(status, uid=None, last=result, consecutive_failures=0))
+        return jitter(self._interval, self._uniform)
+
+    @staticmethod
+    def _reachable(previous: HeartbeatStatus) -> None:
+        if previous.consecutive_failures:
+            _log.info("registry reachable again after %d failed heartbeats", previous.consecutive_failures)
+
+    def _metadata(self) -> Metadata | None:
+        """The ``authorization`` metadata from the token file, read afresh; ``None`` without one."""
+        if self._token_file is None:
+            return None
+        try:
+            token, problem = _read_token(self._token_file), None
+        except (OSError, ValueError) as error:
+            token, problem = None, str(error)
+        if problem is None:
+            if self._token_problem is not None:
+                _log.info("the token file %s is usable again", self._token_file)
+            self._token_problem = None
+            return (("authorization", f"Bearer {token}"),)
+        if problem != self._token_problem:
+            _log.warning(
+                "cannot use the ServiceAccount token file %s (%s); sending without a token, "
+                "which kplug in cluster mode refuses",
+                self._token_file,
+                problem,
+            )
+            self._token_problem = problem
+        else:
+            _log.debug("heartbeating without a token: %s", problem)
+        return None
 
     def _failed(self, error: grpc.RpcError) -> float:
         code, message = _status_of(error)
@@ -264,7 +352,7 @@ class Heartbeater:
         """Best effort: the registry drops the registration at its TTL anyway."""
         request = registry_pb2.DeregisterRequest(name=self._request.name, address=self._request.address)
         try:
-            reply = self._stub.Deregister(request, timeout=DEREGISTER_TIMEOUT)
+            reply = self._stub.Deregister(request, timeout=DEREGISTER_TIMEOUT, metadata=self._metadata())
         except grpc.RpcError as error:
             code, message = _status_of(error)
             _log.warning(
@@ -279,16 +367,33 @@ class Heartbeater:
                 _log.debug("nothing to deregister")
         self._update(lambda status: replace(status, uid=None, stopped=True))
 
+    def _dial(self) -> grpc.Channel:
+        if self._credentials is None:
+            return grpc.insecure_channel(self._target)
+        return grpc.secure_channel(self._target, self._credentials)
+
     def _reconnect(self) -> None:
         with self._lock:
             self._channel.close()
-            self._channel = grpc.insecure_channel(self._target)
+            self._channel = self._dial()
             self._stub = registry_pb2_grpc.RegistryStub(self._channel)
 
     def _update(self, change: Callable[[HeartbeatStatus], HeartbeatStatus]) -> None:
         with self._changed:
             self._status = change(self._status)
             self._changed.notify_all()
+
+
+def _read_token(path: str) -> str:
+    """The token in ``path``; raises :class:`OSError` or :class:`ValueError` when it is unusable."""
+    with open(path, encoding="utf-8") as file:
+        token = file.read().strip()
+    if not token:
+        raise ValueError("the file is empty")
+    # grpcio refuses metadata values beyond printable ASCII.
+    if not all(" " <= character <= "~" for character in token):
+        raise ValueError("the token has characters a gRPC header cannot carry")
+    return token
 
 
 def _seconds(duration: duration_pb2.Duration) -> float | None:

@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kplug._version import __version__
 from kplug._wire import seconds_duration
-from kplug.config import Config, advertised_address, bind_address
+from kplug.config import Config, advertised_address, bind_address, check_registry
 from kplug.heartbeat import Heartbeater, HeartbeatStatus
 from kplug.plugin import ApiRef, Plugin, check_name
 from kplug.proto import PROTOCOL_VERSION, plugin_pb2_grpc, registry_pb2
@@ -120,13 +120,19 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     """Starts serving ``plugin`` and heartbeating into kplug's registry; returns at once.
 
     Raises :class:`ValueError` for an invalid declaration or address (e.g. a
-    plugin name kplug would refuse) and :class:`ServeError` when the listen
-    address cannot be bound. Nothing is left running when it raises.
+    plugin name kplug would refuse, or an ``https://`` registry without
+    :attr:`Config.registry_ca_file`) and :class:`ServeError` when the listen
+    address cannot be bound or the registry CA file cannot be read. Nothing
+    is left running when it raises.
     """
     config = config or Config()
     name = config.name or plugin.name
     check_name(name)
     api = ApiRef.parse(plugin.api)
+    registry_ca = None
+    if config.registry:
+        check_registry(config.registry, config.registry_ca_file)
+        registry_ca = _read_registry_ca(config.registry_ca_file)
 
     executor = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="kplug-rpc")
     # Without SO_REUSEPORT (on by default in gRPC) a port already in use is
@@ -139,7 +145,12 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         port = _bind(grpc_server, config.listen)
         address = advertised_address(config.listen, port, config.advertise)
         heartbeater = (
-            Heartbeater(config.registry, _heartbeat_request(plugin, name, api, address, config))
+            Heartbeater(
+                config.registry,
+                _heartbeat_request(plugin, name, api, address, config),
+                token_file=config.token_file,
+                registry_ca=registry_ca,
+            )
             if config.registry
             else None
         )
@@ -173,6 +184,17 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         heartbeater=heartbeater,
         drain_timeout=config.drain_timeout,
     )
+
+
+def _read_registry_ca(path: str | None) -> bytes | None:
+    """The registry CA file's PEM; ``None`` without one."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise ServeError(f"cannot read the registry CA file {path}: {error.strerror or error}") from None
 
 
 def _bind(grpc_server: grpc.Server, listen: str) -> int:

@@ -12,6 +12,10 @@ way kplug does::
         ) as server, PluginClient(server.address) as client:
             outcome = client.reconcile({"metadata": {"name": "world"}})
             assert outcome.result("Greeted").message == "hello, world"
+
+Like kplug in cluster mode, the fake can serve TLS (``tls=``) and require a
+ServiceAccount token (``tokens=``); :attr:`FakeRegistry.url` is then the
+``https://`` address to pass as the registry.
 """
 
 from __future__ import annotations
@@ -32,8 +36,15 @@ from kplug.proto import PROTOCOL_VERSION, plugin_pb2, plugin_pb2_grpc, registry_
 from kplug.types import Operation, Outcome
 
 #: Decides the registry's answer to a heartbeat: a response, or a status code
-#: to fail the call with.
-Answer = Callable[[registry_pb2.HeartbeatRequest], "registry_pb2.HeartbeatResponse | grpc.StatusCode"]
+#: (optionally with a message) to fail the call with.
+Answer = Callable[
+    [registry_pb2.HeartbeatRequest],
+    "registry_pb2.HeartbeatResponse | grpc.StatusCode | tuple[grpc.StatusCode, str]",
+]
+#: kplug's answer to a call without a token, in cluster mode.
+NO_TOKEN = 'a ServiceAccount token is required: send it as "authorization: Bearer TOKEN" (the SDKs\' --token-file)'
+#: kplug's answer to a token that does not authenticate.
+INVALID_TOKEN = "Unauthorized: invalid bearer token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,8 @@ class ReceivedHeartbeat:
 
     at: float
     request: registry_pb2.HeartbeatRequest
+    #: The bearer token it carried (``authorization: Bearer <token>``), if any.
+    token: str | None = None
 
 
 class FakeRegistry:
@@ -50,24 +63,47 @@ class FakeRegistry:
     Accepts every heartbeat unless :attr:`answer` says otherwise, asking for
     ``interval`` seconds between heartbeats. Records every heartbeat, failed
     or not, and every deregistration.
+
+    ``tls`` is a ``(private key, certificate chain)`` PEM pair to serve TLS
+    with, as kplug in cluster mode does. With ``tokens``, heartbeats and
+    deregistrations must carry ``authorization: Bearer <one of them>``, or
+    fail with ``UNAUTHENTICATED``, as in cluster mode.
     """
 
-    def __init__(self, *, interval: float = 10.0, ttl: float = 30.0, address: str = "127.0.0.1:0") -> None:
+    def __init__(
+        self,
+        *,
+        interval: float = 10.0,
+        ttl: float = 30.0,
+        address: str = "127.0.0.1:0",
+        tls: tuple[bytes, bytes] | None = None,
+        tokens: Iterable[str] | None = None,
+    ) -> None:
         self.interval = interval
         self.ttl = ttl
         #: Replaces the default answer (:meth:`accept`) when set.
         self.answer: Answer | None = None
+        #: The tokens that authenticate; ``None`` requires none. May be replaced while running.
+        self.tokens: frozenset[str] | None = None if tokens is None else frozenset(tokens)
         self._changed = threading.Condition()
         self._heartbeats: list[ReceivedHeartbeat] = []
         self._deregistrations: list[registry_pb2.DeregisterRequest] = []
+        self._deregistration_tokens: list[str | None] = []
         self._uids: dict[tuple[str, str], str] = {}
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-registry")
         self._server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         registry_pb2_grpc.add_RegistryServicer_to_server(_RegistryServicer(self), self._server)
         host = address.rpartition(":")[0]
-        port = self._server.add_insecure_port(address)
-        #: ``host:port`` to pass as the plugin's registry.
+        if tls is None:
+            port = self._server.add_insecure_port(address)
+        else:
+            port = self._server.add_secure_port(address, grpc.ssl_server_credentials([tls]))
+        #: ``host:port`` where the registry listens: the plugin's registry
+        #: without TLS (see :attr:`url`).
         self.address = f"{host}:{port}"
+        #: The registry to pass to the plugin: ``https://host:port`` with TLS,
+        #: else ``http://host:port``.
+        self.url = f"{'https' if tls else 'http'}://{self.address}"
 
     def start(self) -> FakeRegistry:
         self._server.start()
@@ -99,6 +135,12 @@ class FakeRegistry:
         """Every deregistration received so far, oldest first."""
         with self._changed:
             return list(self._deregistrations)
+
+    @property
+    def deregistration_tokens(self) -> list[str | None]:
+        """The bearer token each of :attr:`deregistrations` carried, if any."""
+        with self._changed:
+            return list(self._deregistration_tokens)
 
     def wait_for_heartbeats(self, count: int, timeout: float = 10.0) -> list[ReceivedHeartbeat]:
         """Waits until ``count`` heartbeats arrived; raises :class:`TimeoutError` otherwise."""
@@ -137,20 +179,49 @@ class FakeRegistry:
     def _heartbeat(
         self, request: registry_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> registry_pb2.HeartbeatResponse:
+        token = _bearer(context)
         with self._changed:
-            self._heartbeats.append(ReceivedHeartbeat(time.monotonic(), request))
+            self._heartbeats.append(ReceivedHeartbeat(time.monotonic(), request, token))
             self._changed.notify_all()
+        self._authenticate(token, context)
         answer = (self.answer or self.accept)(request)
         if isinstance(answer, grpc.StatusCode):
             context.abort(answer, "failed by the fake registry")
+        if isinstance(answer, tuple):
+            context.abort(*answer)
         return answer
 
-    def _deregister(self, request: registry_pb2.DeregisterRequest) -> registry_pb2.DeregisterResponse:
+    def _deregister(
+        self, request: registry_pb2.DeregisterRequest, context: grpc.ServicerContext
+    ) -> registry_pb2.DeregisterResponse:
+        token = _bearer(context)
         with self._changed:
             self._deregistrations.append(request)
-            removed = self._uids.pop((request.name, request.address), None) is not None
+            self._deregistration_tokens.append(token)
             self._changed.notify_all()
+        self._authenticate(token, context)
+        with self._changed:
+            removed = self._uids.pop((request.name, request.address), None) is not None
         return registry_pb2.DeregisterResponse(removed=removed)
+
+    def _authenticate(self, token: str | None, context: grpc.ServicerContext) -> None:
+        tokens = self.tokens
+        if tokens is None:
+            return
+        if token is None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, NO_TOKEN)
+        if token not in tokens:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, INVALID_TOKEN)
+
+
+def _bearer(context: grpc.ServicerContext) -> str | None:
+    """The bearer token in a call's ``authorization`` metadata, if any."""
+    for key, value in context.invocation_metadata():
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
 
 
 class _RegistryServicer(registry_pb2_grpc.RegistryServicer):
@@ -165,8 +236,7 @@ class _RegistryServicer(registry_pb2_grpc.RegistryServicer):
     def Deregister(  # noqa: N802 - the generated servicer's name
         self, request: registry_pb2.DeregisterRequest, context: grpc.ServicerContext
     ) -> registry_pb2.DeregisterResponse:
-        del context
-        return self._registry._deregister(request)
+        return self._registry._deregister(request, context)
 
 
 class PluginClient:
