@@ -9,70 +9,16 @@ mod common;
 #[allow(dead_code)] // this test needs only part of it
 mod mariadb;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::postgres::{Postgres, venv_python};
 use common::{Kplug, Process, free_port, workspace_binary};
 use serde_json::{Value, json};
 
 const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
 const PG_PLUGIN: &str = "database-table-postgresql-plugin";
 const MARIADB_PLUGIN: &str = "database-table-mariadb-plugin";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A private PostgreSQL from `hack/postgres.sh`, stopped on drop.
-struct Postgres {
-    dir: PathBuf,
-    dsn: String,
-}
-
-impl Postgres {
-    fn start() -> Self {
-        // Under /tmp and world-readable: as root the server runs as nobody.
-        let dir = std::env::temp_dir().join(format!(
-            "kplug-e2e-pg-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        let output = Command::new(repo_root().join("hack/postgres.sh"))
-            .arg("start")
-            .arg(&dir)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run hack/postgres.sh");
-        assert!(output.status.success(), "PostgreSQL did not start");
-        let dsn = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        Self { dir, dsn }
-    }
-
-    /// One value from a catalog query, via psql.
-    fn query(&self, sql: &str) -> String {
-        let output = Command::new("psql")
-            .args([&self.dsn, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql])
-            .output()
-            .expect("run psql");
-        assert!(
-            output.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("hack/postgres.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn mariadb_query(sql: &str) -> String {
     let server = mariadb::shared();
@@ -96,14 +42,6 @@ fn mariadb_query(sql: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
-
-fn venv_python() -> PathBuf {
-    std::env::var_os("KPLUG_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kplug/venv")))
-        .expect("KPLUG_VENV or HOME")
-        .join("bin/python")
 }
 
 fn start_pg_plugin(kplug: &Kplug, dsn: &str, listen: &str) -> Process {

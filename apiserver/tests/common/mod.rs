@@ -2,6 +2,8 @@
 //! built with `kplug-sdk`, and real kubectl.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod postgres;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
@@ -22,6 +24,11 @@ pub fn kubectls() -> Vec<PathBuf> {
         .map(PathBuf::from)
         .filter(|p| p.exists())
         .collect()
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn target_dir() -> PathBuf {
@@ -106,6 +113,15 @@ impl Lines {
             }
         });
         Self(Mutex::new(rx))
+    }
+
+    /// Every line received so far and not yet read.
+    pub fn drain(&self) -> Vec<String> {
+        let receiver = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        receiver.try_iter().collect()
     }
 
     /// The first line (from now on) that satisfies `want`; panics after `within`.

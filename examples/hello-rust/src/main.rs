@@ -4,6 +4,7 @@
 //! until Ctrl-C or SIGTERM, then deregisters and finishes in-flight calls.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -45,6 +46,12 @@ struct Args {
     /// A label for the Plugin object, as key=value; repeatable.
     #[arg(long = "label", env = "KPLUG_LABELS", value_delimiter = ',', value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// ServiceAccount token to heartbeat with (cluster mode).
+    #[arg(long, env = "KPLUG_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// CA that signed kplug's certificate, for an https:// registry.
+    #[arg(long, env = "KPLUG_REGISTRY_CA_FILE")]
+    registry_ca_file: Option<PathBuf>,
     #[command(flatten)]
     faults: Faults,
 }
@@ -134,11 +141,17 @@ async fn main() -> anyhow::Result<()> {
         .version(env!("CARGO_PKG_VERSION"))
         .implementation(args.implementation);
     info.labels.extend(args.labels);
-    let config = Config::default()
+    let mut config = Config::default()
         .registry(args.registry)
         .listen(listen)
         .advertise(args.address)
         .heartbeat_interval(Duration::from_secs(args.interval));
+    if let Some(path) = args.token_file {
+        config = config.token_file(path);
+    }
+    if let Some(path) = args.registry_ca_file {
+        config = config.registry_ca_file(path);
+    }
 
     let hello = Hello {
         faults: args.faults,
