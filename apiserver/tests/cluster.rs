@@ -164,6 +164,8 @@ impl Kplug {
                 "1s",
             ])
             .args([
+                "--cert-reload-interval",
+                "1s",
                 "--min-heartbeat-interval",
                 "1s",
                 "--log",
@@ -779,6 +781,64 @@ fn kplug_behind_a_real_kube_apiserver() {
     // Probes need nothing.
     let (_, code, _) = kplug.curl(None, &[], "/readyz");
     assert_eq!(code, 200);
+
+    // The auth ConfigMap changed while running: followed.
+    cluster.kubectl_ok(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "configmap",
+        "extension-apiserver-authentication",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"kplug-e2e":"changed"}}"#,
+    ]);
+    kplug
+        .log
+        .wait_for(Duration::from_secs(20), "the change loaded", |l| {
+            l.contains("loaded kube-system/extension-apiserver-authentication")
+        });
+
+    // The serving certificate rotated (same CA): served without a restart.
+    let fingerprint = || {
+        let output = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect 127.0.0.1:{} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256",
+                kplug.https
+            ))
+            .output()
+            .expect("openssl s_client");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    let before = fingerprint();
+    assert!(before.contains("Fingerprint"), "{before}");
+    let rotated = Command::new(env!("CARGO_BIN_EXE_kplug-apiserver"))
+        .args(["certs", "--out-dir"])
+        .arg(&certs)
+        .arg("--ca-cert")
+        .arg(certs.join("ca.crt"))
+        .arg("--ca-key")
+        .arg(certs.join("ca.key"))
+        .output()
+        .expect("rotate the serving certificate");
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    kplug
+        .log
+        .wait_for(Duration::from_secs(20), "the reload logged", |l| {
+            l.contains("serving certificate reloaded")
+        });
+    let after = fingerprint();
+    assert!(
+        after.contains("Fingerprint") && after != before,
+        "{before} / {after}"
+    );
+    let out = cluster.kubectl(&["get", "plugins", "-o", "name"]);
+    assert!(
+        out.status.success(),
+        "through the aggregator after rotation: {}",
+        text(&out)
+    );
 
     // The auth ConfigMap deleted while running: logged, the last trust kept.
     cluster.kubectl_ok(&[
