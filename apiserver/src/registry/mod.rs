@@ -273,14 +273,10 @@ impl Registry {
         };
         {
             let state = self.state.read();
-            if let Some(entry) = state.plugins.get(&declaration.name) {
-                self.check_ownership(entry, &declaration)?;
-                if !self.needs_write(entry, &declaration, now) {
-                    entry
-                        .last_seen_ms
-                        .store(now.as_millisecond(), Ordering::Relaxed);
-                    return Ok(accepted(&entry.lifecycle.uid));
-                }
+            if let Some(entry) = state.plugins.get(&declaration.name)
+                && let Some(uid) = self.touch(entry, &declaration, now)?
+            {
+                return Ok(accepted(uid));
             }
         }
 
@@ -288,12 +284,8 @@ impl Registry {
         let state = &mut *state;
         let previous = match state.plugins.get(&declaration.name) {
             Some(entry) => {
-                self.check_ownership(entry, &declaration)?;
-                if !self.needs_write(entry, &declaration, now) {
-                    entry
-                        .last_seen_ms
-                        .store(now.as_millisecond(), Ordering::Relaxed);
-                    return Ok(accepted(&entry.lifecycle.uid));
+                if let Some(uid) = self.touch(entry, &declaration, now)? {
+                    return Ok(accepted(uid));
                 }
                 Some(entry.object.clone())
             }
@@ -337,6 +329,24 @@ impl Registry {
         };
         self.publish(state, event_type, resource_version, object, previous);
         Ok(result)
+    }
+
+    /// For a heartbeat that changes nothing, only records when it came and
+    /// returns the registration's uid; `None` means the entry must be rewritten.
+    fn touch<'e>(
+        &self,
+        entry: &'e Entry,
+        declaration: &Declaration,
+        now: Timestamp,
+    ) -> Result<Option<&'e str>, Refusal> {
+        self.check_ownership(entry, declaration)?;
+        if self.needs_write(entry, declaration, now) {
+            return Ok(None);
+        }
+        entry
+            .last_seen_ms
+            .store(now.as_millisecond(), Ordering::Relaxed);
+        Ok(Some(&entry.lifecycle.uid))
     }
 
     fn check_ownership(&self, entry: &Entry, declaration: &Declaration) -> Result<(), Refusal> {
