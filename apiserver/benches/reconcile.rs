@@ -769,7 +769,7 @@ impl Report {
              object two ways: **through kplug**, `POST {RECONCILE_PATH}` with a Reconcile over \
              HTTP/2 and TLS with the admin client certificate; **direct**, \
              `kplug.v1alpha1.Plugin/Reconcile` over a tonic channel with `object` = the same \
-             JSON bytes and the same {}s deadline. Each call is timed until the whole answer is \
+             JSON bytes and the same {} s deadline. Each call is timed until the whole answer is \
              read.\n",
             RECONCILE_TIMEOUT.as_secs()
         );

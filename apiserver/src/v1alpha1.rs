@@ -142,9 +142,13 @@ pub fn object_labels(
     all
 }
 
+/// A Kubernetes object kept as the exact JSON the client sent: kplug only
+/// passes it on, so nothing (a large integer, key order) is lost.
+pub type RawObject = Box<serde_json::value::RawValue>;
+
 /// A request to reconcile (or finalize) one object through a plugin, and
 /// the plugin's answer in `status`. Create-only, like `TokenReview`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Reconcile {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -156,32 +160,33 @@ pub struct Reconcile {
     pub spec: ReconcileSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ReconcileStatus>,
-    /// Fields this version does not know; rejected or ignored per `fieldValidation`.
-    #[serde(flatten, skip_serializing)]
-    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 impl Reconcile {
     pub const KIND: &'static str = "Reconcile";
     pub const PLURAL: &'static str = "reconciles";
+    /// Top-level fields of this version.
+    pub const FIELDS: &'static [&'static str] =
+        &["apiVersion", "kind", "metadata", "spec", "status"];
 }
 
 /// What to reconcile, and (for the `reconciles` resource) how to choose the plugin.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReconcileSpec {
-    #[serde(default)]
-    pub operation: Operation,
+    /// "Reconcile" (the default) or "Finalize"; see [`ReconcileSpec::operation`].
+    #[serde(default, rename = "operation", skip_serializing_if = "Option::is_none")]
+    pub operation_name: Option<String>,
     #[serde(default)]
     pub dry_run: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<i64>,
     /// The custom resource, as a whole object.
-    #[serde(default)]
-    pub object: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<RawObject>,
     /// Its linked extension objects.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extensions: Vec<serde_json::Value>,
+    pub extensions: Vec<RawObject>,
     /// The API whose plugin should serve this (the `reconciles` resource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<ApiSelector>,
@@ -190,12 +195,33 @@ pub struct ReconcileSpec {
     /// Pins one plugin by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
-    #[serde(flatten, skip_serializing)]
-    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+impl ReconcileSpec {
+    /// Fields of this version.
+    pub const FIELDS: &'static [&'static str] = &[
+        "operation",
+        "dryRun",
+        "timeoutSeconds",
+        "object",
+        "extensions",
+        "api",
+        "preferredImplementation",
+        "plugin",
+    ];
+
+    /// The operation asked for; `Err` holds an unsupported name.
+    pub fn operation(&self) -> Result<Operation, &str> {
+        match self.operation_name.as_deref() {
+            None | Some("Reconcile") => Ok(Operation::Reconcile),
+            Some("Finalize") => Ok(Operation::Finalize),
+            Some(other) => Err(other),
+        }
+    }
 }
 
 /// Which plugin call to make.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Operation {
     #[default]
     Reconcile,

@@ -99,6 +99,21 @@ fn kubectl_create_raw_delegates_to_the_named_plugin() {
         answer["spec"]["object"]["spec"]["big"],
         json!(12345678901234567890u64)
     );
+    // kplug passes objects on as the bytes it got: even numbers no JSON
+    // library here could hold come back exactly.
+    let huge = r#"{"apiVersion":"plugins.kplug.io/v1alpha1","kind":"Reconcile","spec":{"object":{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"big"},"spec":{"n":123456789012345678901234567890.000000000000000000001}}}}"#;
+    let file = write_temp(&kplug, "huge.json", huge);
+    let output = kplug.kubectl_ok(&[
+        "create",
+        "--raw",
+        &format!("{PLUGINS}/hello/reconcile"),
+        "-f",
+        &file,
+    ]);
+    assert!(
+        output.contains(r#""n":123456789012345678901234567890.000000000000000000001"#),
+        "{output}"
+    );
 
     let finalize = write_temp(
         &kplug,

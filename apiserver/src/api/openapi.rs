@@ -1800,10 +1800,13 @@ mod tests {
     #[test]
     fn reconcile_schema_follows_the_rust_types() {
         use crate::v1alpha1::{
-            ApiSelector, ExtensionStatus, ObjectRef, Operation, PluginRef, ReconcileResult,
+            ApiSelector, ExtensionStatus, ObjectRef, PluginRef, RawObject, ReconcileResult,
             ReconcileSpec, ReconcileStatus, ResultCondition, Selection, SelectionReason,
         };
 
+        let raw = |value: &Value| -> RawObject {
+            serde_json::value::to_raw_value(value).expect("raw JSON")
+        };
         let v3 = v3_json(&openapi());
         let schemas = object_at(&v3, &["components", "schemas"]);
         let object = json!({
@@ -1815,11 +1818,11 @@ mod tests {
             kind: Reconcile::KIND.to_owned(),
             metadata: Default::default(),
             spec: ReconcileSpec {
-                operation: Operation::Finalize,
+                operation_name: Some("Finalize".into()),
                 dry_run: true,
                 timeout_seconds: Some(10),
-                object: object.clone(),
-                extensions: vec![object.clone()],
+                object: Some(raw(&object)),
+                extensions: vec![raw(&object)],
                 api: Some(ApiSelector {
                     group: "example.com".into(),
                     resource: "things".into(),
@@ -1827,7 +1830,6 @@ mod tests {
                 }),
                 preferred_implementation: Some("Impl".into()),
                 plugin: Some("p".into()),
-                unknown: Default::default(),
             },
             status: Some(ReconcileStatus {
                 plugin: PluginRef {
@@ -1865,9 +1867,13 @@ mod tests {
                 operation_id: "id".into(),
                 duration_milliseconds: 2.0,
             }),
-            unknown: Default::default(),
         };
+        // spec.object is the one required field of a request.
         let minimal = Reconcile {
+            spec: ReconcileSpec {
+                object: Some(raw(&object)),
+                ..ReconcileSpec::default()
+            },
             status: Some(ReconcileStatus::default()),
             ..Reconcile::default()
         };
@@ -1936,9 +1942,10 @@ mod tests {
             "",
             &mut Vec::new(),
         );
-        for operation in [Operation::Reconcile, Operation::Finalize] {
+        for operation in ["Reconcile", "Finalize"] {
             let spec = ReconcileSpec {
-                operation,
+                operation_name: Some(operation.to_owned()),
+                object: Some(raw(&object)),
                 ..ReconcileSpec::default()
             };
             let value = json!({ "spec": serde_json::to_value(&spec).unwrap() });

@@ -1,6 +1,7 @@
 //! Delegation: `plugins/{name}/reconcile` and `reconciles`, which forward a
 //! Reconcile to a plugin over gRPC and answer with its outcome.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -10,6 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use kplug_proto::v1alpha1 as proto;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use tracing::Instrument;
 
 use super::AppState;
@@ -18,8 +20,8 @@ use super::status::ApiError;
 use crate::proxy::ProxyError;
 use crate::registry::SelectError;
 use crate::v1alpha1::{
-    API_VERSION, ExtensionStatus, ObjectRef, Operation, Plugin, PluginRef, Reconcile,
-    ReconcileResult, ReconcileStatus, ResultCondition, Selection,
+    API_VERSION, ExtensionStatus, ObjectRef, Operation, Plugin, PluginRef, RawObject, Reconcile,
+    ReconcileResult, ReconcileSpec, ReconcileStatus, ResultCondition, Selection,
 };
 
 /// Query parameters of a create.
@@ -108,25 +110,9 @@ fn decode(
             )));
         }
     };
-    let mut deserializer = serde_json::Deserializer::from_slice(&body);
-    let mut reconcile: Reconcile =
-        serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "spec.operation" {
-                invalid(
-                    "spec.operation",
-                    "Unsupported value: supported values: \"Reconcile\", \"Finalize\"",
-                )
-            } else {
-                ApiError::BadRequest(format!("decoding the Reconcile at {path}: {}", e.inner()))
-            }
-        })?;
-    let unknown: Vec<String> = reconcile
-        .unknown
-        .keys()
-        .cloned()
-        .chain(reconcile.spec.unknown.keys().map(|k| format!("spec.{k}")))
-        .collect();
+    let mut reconcile: Reconcile = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("decoding the Reconcile: {e}")))?;
+    let unknown = unknown_fields(&body);
     let warnings = match validation {
         FieldValidation::Strict if !unknown.is_empty() => {
             return Err(ApiError::BadRequest(format!(
@@ -156,23 +142,70 @@ fn decode(
     Ok((reconcile, warnings))
 }
 
+/// The field names of a Reconcile, read without decoding any value.
+#[derive(Deserialize)]
+struct FieldNames {
+    #[serde(default)]
+    spec: BTreeMap<String, IgnoredAny>,
+    #[serde(flatten)]
+    top: BTreeMap<String, IgnoredAny>,
+}
+
+/// Fields of `body` this version does not know, as `spec.colour`.
+fn unknown_fields(body: &[u8]) -> Vec<String> {
+    let Ok(names) = serde_json::from_slice::<FieldNames>(body) else {
+        return Vec::new();
+    };
+    let top = names
+        .top
+        .into_keys()
+        .filter(|k| !Reconcile::FIELDS.contains(&k.as_str()));
+    let spec = names
+        .spec
+        .into_keys()
+        .filter(|k| !ReconcileSpec::FIELDS.contains(&k.as_str()))
+        .map(|k| format!("spec.{k}"));
+    top.chain(spec).collect()
+}
+
+/// What kplug needs to know of an object it otherwise passes on untouched.
+#[derive(Deserialize)]
+struct ObjectHead {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: HeadMetadata,
+}
+
+#[derive(Default, Deserialize)]
+struct HeadMetadata {
+    name: Option<String>,
+}
+
 /// Checks that `value` is a Kubernetes object with apiVersion, kind and a name.
-fn check_object(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
-    if !value.is_object() {
-        return Err(invalid(field, "Required value: a Kubernetes object"));
+fn check_object(field: &str, value: Option<&RawObject>) -> Result<(), ApiError> {
+    let head = value
+        .and_then(|raw| serde_json::from_str::<ObjectHead>(raw.get()).ok())
+        .ok_or_else(|| invalid(field, "Required value: a Kubernetes object"))?;
+    let missing = |value: &Option<String>| value.as_deref().is_none_or(str::is_empty);
+    if missing(&head.api_version) {
+        return Err(invalid(&format!("{field}.apiVersion"), "Required value"));
     }
-    for key in ["apiVersion", "kind"] {
-        if value[key].as_str().is_none_or(str::is_empty) {
-            return Err(invalid(&format!("{field}.{key}"), "Required value"));
-        }
+    if missing(&head.kind) {
+        return Err(invalid(&format!("{field}.kind"), "Required value"));
     }
-    if value["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+    if missing(&head.metadata.name) {
         return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
     }
     Ok(())
 }
 
-fn validate(reconcile: &Reconcile, settings: &ReconcileSettings) -> Result<Duration, ApiError> {
+/// Checks the request; returns its operation and deadline.
+fn validate(
+    reconcile: &Reconcile,
+    settings: &ReconcileSettings,
+) -> Result<(Operation, Duration), ApiError> {
     if !reconcile.api_version.is_empty() && reconcile.api_version != API_VERSION {
         return Err(ApiError::BadRequest(format!(
             "apiVersion {:?} is not {API_VERSION}",
@@ -187,12 +220,18 @@ fn validate(reconcile: &Reconcile, settings: &ReconcileSettings) -> Result<Durat
         )));
     }
     let spec = &reconcile.spec;
-    check_object("spec.object", &spec.object)?;
+    let operation = spec.operation().map_err(|name| {
+        invalid(
+            "spec.operation",
+            format!("Unsupported value: {name:?}: supported values: \"Reconcile\", \"Finalize\""),
+        )
+    })?;
+    check_object("spec.object", spec.object.as_ref())?;
     for (i, extension) in spec.extensions.iter().enumerate() {
-        check_object(&format!("spec.extensions[{i}]"), extension)?;
+        check_object(&format!("spec.extensions[{i}]"), Some(extension))?;
     }
     let max = settings.max_timeout.as_secs();
-    match spec.timeout_seconds {
+    let timeout = match spec.timeout_seconds {
         None => Ok(settings.default_timeout),
         Some(seconds) => match u64::try_from(seconds) {
             Ok(s) if (1..=max).contains(&s) => Ok(Duration::from_secs(s)),
@@ -201,7 +240,8 @@ fn validate(reconcile: &Reconcile, settings: &ReconcileSettings) -> Result<Durat
                 format!("Invalid value: {seconds}: must be between 1 and {max}"),
             )),
         },
-    }
+    }?;
+    Ok((operation, timeout))
 }
 
 fn select_error(error: SelectError) -> ApiError {
@@ -346,7 +386,7 @@ async fn delegate(
     warnings: Vec<String>,
     pinned: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let timeout = validate(&reconcile, &state.reconcile)?;
+    let (operation, timeout) = validate(&reconcile, &state.reconcile)?;
     let spec = &reconcile.spec;
     let (plugin, selection) = state
         .registry
@@ -356,26 +396,26 @@ async fn delegate(
             pinned.or(spec.plugin.as_deref()),
         )
         .map_err(select_error)?;
-    check_capability(&plugin, spec.operation, spec.dry_run)?;
+    check_capability(&plugin, operation, spec.dry_run)?;
     let operation_id = uuid::Uuid::new_v4().to_string();
-    let encode = |value: &serde_json::Value| serde_json::to_vec(value).unwrap_or_default();
+    let bytes = |raw: &RawObject| raw.get().as_bytes().to_vec();
     let request = proto::ReconcileRequest {
         operation_id: operation_id.clone(),
         dry_run: spec.dry_run,
-        object: encode(&spec.object),
-        extensions: spec.extensions.iter().map(encode).collect(),
+        object: spec.object.as_ref().map(bytes).unwrap_or_default(),
+        extensions: spec.extensions.iter().map(bytes).collect(),
         timeout: prost_types::Duration::try_from(timeout).ok(),
     };
     let span = tracing::info_span!(
         "reconcile",
         plugin = %plugin.name(),
-        operation = spec.operation.as_str(),
+        operation = operation.as_str(),
         operation_id = %operation_id,
     );
     let started = Instant::now();
     let answer = state
         .proxy
-        .call(&plugin, spec.operation, request, timeout)
+        .call(&plugin, operation, request, timeout)
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
