@@ -245,8 +245,9 @@ impl Payload {
 }
 
 /// A custom resource whose compact JSON is exactly `bytes` long: realistic
-/// metadata, and a `spec` of list entries padded to size. Keys are sorted,
-/// as kplug writes them, so kplug forwards these very bytes.
+/// metadata, and a `spec` of list entries padded to size. Compact, with
+/// sorted keys, so the plugin gets these very bytes through kplug too,
+/// whether kplug passes the object on as received or re-encodes it.
 fn object_of_size(bytes: usize) -> Result<Vec<u8>> {
     let mut object = json!({
         "apiVersion": "example.com/v1",

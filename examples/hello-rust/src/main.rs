@@ -87,7 +87,10 @@ struct Hello {
 impl Hello {
     /// Applies the fault knobs; `Some` is the answer to give instead.
     async fn misbehave(&self) -> Option<Outcome> {
-        tokio::time::sleep(Duration::from_millis(self.faults.delay_ms)).await;
+        // Even a zero sleep waits for the next timer tick (about 1 ms).
+        if self.faults.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.faults.delay_ms)).await;
+        }
         assert!(!self.faults.panic, "--panic was given");
         let reason = self.faults.fail_with.as_ref()?;
         Some(Outcome::failure(reason, "--fail-with was given"))
