@@ -12,5 +12,5 @@ pub mod heartbeat;
 pub mod proxy;
 pub mod registry;
 pub mod server;
-pub mod v1alpha1;
+pub use kplug_api::v1alpha1;
 pub mod validation;

@@ -1829,6 +1829,7 @@ mod tests {
                     version: "v1".into(),
                 }),
                 preferred_implementation: Some("Impl".into()),
+                required_implementation: Some("Impl".into()),
                 plugin: Some("p".into()),
             },
             status: Some(ReconcileStatus {
@@ -1954,6 +1955,7 @@ mod tests {
         for reason in [
             SelectionReason::Requested,
             SelectionReason::PreferredImplementation,
+            SelectionReason::RequiredImplementation,
             SelectionReason::Fallback,
         ] {
             let selection = serde_json::to_value(Selection {
@@ -1972,6 +1974,7 @@ mod tests {
         for word in [
             "Requested",
             "PreferredImplementation",
+            "RequiredImplementation",
             "Fallback",
             "ignoring case",
             "highest version",

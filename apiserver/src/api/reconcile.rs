@@ -18,7 +18,7 @@ use super::AppState;
 use super::plugins::json_response;
 use super::status::ApiError;
 use crate::proxy::ProxyError;
-use crate::registry::SelectError;
+use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{
     API_VERSION, ExtensionStatus, ObjectRef, Operation, Plugin, PluginRef, RawObject, Reconcile,
     ReconcileResult, ReconcileSpec, ReconcileStatus, ResultCondition, Selection,
@@ -248,7 +248,9 @@ fn select_error(error: SelectError) -> ApiError {
     match error {
         SelectError::NotFound(name) => ApiError::plugin_not_found(&name),
         SelectError::WrongApi { .. } => invalid("spec.api", error.to_string()),
-        SelectError::NotReady { .. } | SelectError::NoneReady(_) => ApiError::ServiceUnavailable {
+        SelectError::NotReady { .. }
+        | SelectError::NoneReady(_)
+        | SelectError::NoneReadyOfImplementation { .. } => ApiError::ServiceUnavailable {
             message: error.to_string(),
             retry_after: RETRY_AFTER_SECONDS,
         },
@@ -392,7 +394,10 @@ async fn delegate(
         .registry
         .select(
             spec.api.as_ref(),
-            spec.preferred_implementation.as_deref(),
+            Implementation::from_spec(
+                spec.required_implementation.as_deref(),
+                spec.preferred_implementation.as_deref(),
+            ),
             pinned.or(spec.plugin.as_deref()),
         )
         .map_err(select_error)?;

@@ -23,7 +23,7 @@ use tokio::sync::broadcast;
 pub use declaration::Declaration;
 pub use history::Expired;
 use history::History;
-pub use select::{SelectError, compare_versions};
+pub use select::{Implementation, SelectError, compare_versions};
 
 use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginStatus};
 

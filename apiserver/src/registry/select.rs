@@ -2,10 +2,13 @@
 //!
 //! The rules, in order (documented in the README, never random):
 //! 1. `plugin` names one: that plugin (reason `Requested`).
-//! 2. Among Ready plugins serving the API, those whose implementation
+//! 2. `requiredImplementation` is set: only the Ready plugins serving the
+//!    API whose implementation matches it case-insensitively, and no
+//!    fallback (reason `RequiredImplementation`).
+//! 3. Among Ready plugins serving the API, those whose implementation
 //!    matches `preferredImplementation` case-insensitively (reason
 //!    `PreferredImplementation`).
-//! 3. Otherwise all Ready plugins serving the API (reason `Fallback`).
+//! 4. Otherwise all Ready plugins serving the API (reason `Fallback`).
 //!
 //! Within a set, the highest version wins, then the smallest name.
 
@@ -30,6 +33,33 @@ pub enum SelectError {
     },
     #[error("no Ready plugin serves {0}")]
     NoneReady(String),
+    #[error("no Ready plugin of implementation {implementation} serves {api}")]
+    NoneReadyOfImplementation { api: String, implementation: String },
+}
+
+/// What a request asks of the chosen plugin's implementation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Implementation<'a> {
+    /// Any implementation of the API.
+    #[default]
+    Any,
+    /// This one if it has a Ready plugin, else any.
+    Preferred(&'a str),
+    /// This one or none.
+    Required(&'a str),
+}
+
+impl<'a> Implementation<'a> {
+    /// From a Reconcile's fields: a required implementation outranks a
+    /// preferred one; empty strings ask for nothing.
+    pub fn from_spec(required: Option<&'a str>, preferred: Option<&'a str>) -> Self {
+        let given = |name: Option<&'a str>| name.filter(|n| !n.is_empty());
+        match (given(required), given(preferred)) {
+            (Some(required), _) => Self::Required(required),
+            (None, Some(preferred)) => Self::Preferred(preferred),
+            (None, None) => Self::Any,
+        }
+    }
 }
 
 /// Orders versions the way semantic versioning does, tolerating free-form
@@ -91,7 +121,7 @@ impl Registry {
     pub fn select(
         &self,
         api: Option<&ApiSelector>,
-        preferred: Option<&str>,
+        implementation: Implementation<'_>,
         pinned: Option<&str>,
     ) -> Result<(Arc<Plugin>, Selection), SelectError> {
         if let Some(name) = pinned {
@@ -128,28 +158,47 @@ impl Registry {
             .into_iter()
             .map(|item| item.object)
             .collect();
-        if let Some(preferred) = preferred.filter(|p| !p.is_empty()) {
-            let matching = ready
+        let of = |implementation: &str| {
+            ready
                 .iter()
-                .filter(|p| p.spec.implementation.eq_ignore_ascii_case(preferred))
-                .cloned();
-            if let Some(plugin) = best(matching) {
+                .filter(|p| p.spec.implementation.eq_ignore_ascii_case(implementation))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let preference = match implementation {
+            Implementation::Required(required) => {
+                let plugin = best(of(required).into_iter()).ok_or_else(|| {
+                    SelectError::NoneReadyOfImplementation {
+                        api: api.qualified_resource(),
+                        implementation: required.to_owned(),
+                    }
+                })?;
                 let selection = Selection {
-                    reason: SelectionReason::PreferredImplementation,
+                    reason: SelectionReason::RequiredImplementation,
                     message: format!(
-                        "{} is the preferred implementation and has a Ready plugin",
+                        "{} is the required implementation and has a Ready plugin",
                         plugin.spec.implementation
                     ),
                 };
                 return Ok((plugin, selection));
             }
-        }
+            Implementation::Preferred(preferred) => {
+                if let Some(plugin) = best(of(preferred).into_iter()) {
+                    let selection = Selection {
+                        reason: SelectionReason::PreferredImplementation,
+                        message: format!(
+                            "{} is the preferred implementation and has a Ready plugin",
+                            plugin.spec.implementation
+                        ),
+                    };
+                    return Ok((plugin, selection));
+                }
+                format!("no Ready plugin implements {preferred}; ")
+            }
+            Implementation::Any => String::new(),
+        };
         let plugin = best(ready.into_iter())
             .ok_or_else(|| SelectError::NoneReady(api.qualified_resource()))?;
-        let preference = match preferred.filter(|p| !p.is_empty()) {
-            Some(preferred) => format!("no Ready plugin implements {preferred}; "),
-            None => String::new(),
-        };
         let selection = Selection {
             reason: SelectionReason::Fallback,
             message: format!(

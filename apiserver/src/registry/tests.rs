@@ -364,7 +364,11 @@ mod selection {
 
     fn chosen(registry: &Registry, preferred: Option<&str>) -> (String, SelectionReason) {
         let (plugin, selection) = registry
-            .select(Some(&tables()), preferred, None)
+            .select(
+                Some(&tables()),
+                Implementation::from_spec(None, preferred),
+                None,
+            )
             .expect("selected");
         (plugin.name().to_owned(), selection.reason)
     }
@@ -397,7 +401,7 @@ mod selection {
             ("a-pg".to_owned(), SelectionReason::Fallback)
         );
         let (_, selection) = registry
-            .select(Some(&tables()), Some("MariaDB"), None)
+            .select(Some(&tables()), Implementation::Preferred("MariaDB"), None)
             .expect("selected");
         assert!(
             selection
@@ -409,6 +413,38 @@ mod selection {
     }
 
     #[test]
+    fn a_required_implementation_never_falls_back() {
+        let registry = registry_with(&[
+            plugin("pg", "PostgreSQL", "2.0.0", 1),
+            plugin("maria", "MariaDB", "1.0.0", 2),
+        ]);
+        let (plugin, selection) = registry
+            .select(
+                Some(&tables()),
+                Implementation::from_spec(Some("postgresql"), Some("MariaDB")),
+                None,
+            )
+            .expect("selected");
+        assert_eq!(
+            (plugin.name(), selection.reason),
+            ("pg", SelectionReason::RequiredImplementation)
+        );
+        assert_eq!(
+            registry
+                .select(Some(&tables()), Implementation::Required("Oracle"), None)
+                .err(),
+            Some(SelectError::NoneReadyOfImplementation {
+                api: "databasetables.myorg.org".to_owned(),
+                implementation: "Oracle".to_owned(),
+            })
+        );
+        assert_eq!(
+            Implementation::from_spec(Some(""), Some("MariaDB")),
+            Implementation::Preferred("MariaDB")
+        );
+    }
+
+    #[test]
     fn plugins_that_are_not_ready_or_serve_another_api_are_never_chosen() {
         let mut other_api = plugin("other", "MariaDB", "9.0.0", 1);
         other_api.api.resource = "queues".to_owned();
@@ -416,7 +452,7 @@ mod selection {
         registry.sweep(t0() + secs(10)); // "late" misses two intervals
         assert_eq!(
             registry
-                .select(Some(&tables()), Some("MariaDB"), None)
+                .select(Some(&tables()), Implementation::Preferred("MariaDB"), None)
                 .err(),
             Some(SelectError::NoneReady(
                 "databasetables.myorg.org".to_owned()
@@ -430,23 +466,29 @@ mod selection {
         queue.api.resource = "queues".to_owned();
         let registry = registry_with(&[plugin("pg", "PostgreSQL", "1.0.0", 2), queue]);
         let (plugin, selection) = registry
-            .select(Some(&tables()), Some("MariaDB"), Some("pg"))
+            .select(
+                Some(&tables()),
+                Implementation::Preferred("MariaDB"),
+                Some("pg"),
+            )
             .expect("pinned");
         assert_eq!(
             (plugin.name(), selection.reason),
             ("pg", SelectionReason::Requested)
         );
         assert!(matches!(
-            registry.select(Some(&tables()), None, Some("queue")),
+            registry.select(Some(&tables()), Implementation::Any, Some("queue")),
             Err(SelectError::WrongApi { .. })
         ));
         assert_eq!(
-            registry.select(None, None, Some("ghost")).err(),
+            registry
+                .select(None, Implementation::Any, Some("ghost"))
+                .err(),
             Some(SelectError::NotFound("ghost".to_owned()))
         );
         registry.sweep(t0() + secs(10));
         assert!(matches!(
-            registry.select(None, None, Some("pg")),
+            registry.select(None, Implementation::Any, Some("pg")),
             Err(SelectError::NotReady { .. })
         ));
     }

@@ -192,6 +192,11 @@ pub struct ReconcileSpec {
     pub api: Option<ApiSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preferred_implementation: Option<String>,
+    /// Only plugins of this implementation may serve: no fallback to
+    /// another. Operators set it once an object is bound to an
+    /// implementation, so that its data never silently moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_implementation: Option<String>,
     /// Pins one plugin by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
@@ -207,6 +212,7 @@ impl ReconcileSpec {
         "extensions",
         "api",
         "preferredImplementation",
+        "requiredImplementation",
         "plugin",
     ];
 
@@ -309,6 +315,8 @@ pub enum SelectionReason {
     Requested,
     /// A Ready plugin of the preferred implementation.
     PreferredImplementation,
+    /// A Ready plugin of the required implementation.
+    RequiredImplementation,
     /// No preference could be met: the stable fallback rule chose.
     Fallback,
 }

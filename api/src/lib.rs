@@ -1,0 +1,6 @@
+//! The types of kplug's API group `plugins.kplug.io`: what the server
+//! serves and what clients (the operator library, kubectl plugins) send and
+//! read. Like `k8s.io/api`, this crate holds types only, no behaviour that
+//! needs IO.
+
+pub mod v1alpha1;
