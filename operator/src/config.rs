@@ -1,0 +1,268 @@
+//! The operator's settings: [`Options`] for the library, and the clap
+//! [`OperatorArgs`] that a binary flattens into its command line (the
+//! zero-code `kplug-operator` and operators written with the library alike).
+
+use std::time::Duration;
+
+use crate::binding::BindingPolicy;
+use crate::path::FieldPath;
+use crate::status::ObjectStatusLayout;
+
+/// Leader election on a `coordination.k8s.io/v1` Lease: only the holder
+/// reconciles, so several replicas never write the same object twice.
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    pub namespace: String,
+    pub lease_name: String,
+    /// Unique per replica, e.g. the pod's name.
+    pub identity: String,
+    /// How long a lease lasts without renewal: how long a crashed leader
+    /// blocks a takeover.
+    pub lease_duration: Duration,
+}
+
+/// How an operator delegates one resource.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The field manager of every status write, and the Events' reporter.
+    pub field_manager: String,
+    pub finalizer: String,
+    pub binding: BindingPolicy,
+    /// Where objects list their extension references.
+    pub extensions_path: FieldPath,
+    /// Where objects name their preferred implementation.
+    pub preferred_implementation_path: FieldPath,
+    pub object_status: ObjectStatusLayout,
+    /// Extension resources (`resource.group`) whose changes re-reconcile
+    /// the objects that refer to them.
+    pub watched_extensions: Vec<String>,
+    /// Only objects in this namespace; all when `None`.
+    pub namespace: Option<String>,
+    /// Objects reconciled at once.
+    pub concurrency: u16,
+    /// A successfully reconciled object is reconciled again after this long
+    /// (or sooner, when the plugin asks).
+    pub resync: Duration,
+    /// The plugin's deadline for one call.
+    pub reconcile_timeout: Duration,
+    /// Per-object exponential backoff after failures.
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+    pub leader_election: Option<LeaderElection>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            field_manager: "kplug-operator".to_owned(),
+            finalizer: "kplug.io/finalize".to_owned(),
+            binding: BindingPolicy::Sticky,
+            extensions_path: FieldPath::parse_static("spec.extensions"),
+            preferred_implementation_path: FieldPath::parse_static("spec.preferredImplementation"),
+            object_status: ObjectStatusLayout::Merged,
+            watched_extensions: Vec::new(),
+            namespace: None,
+            concurrency: 16,
+            resync: Duration::from_secs(300),
+            reconcile_timeout: Duration::from_secs(30),
+            min_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(300),
+            leader_election: None,
+        }
+    }
+}
+
+/// Go-style durations (`30s`, `5m`), as kubectl and Kubernetes components
+/// take them.
+fn duration(text: &str) -> Result<Duration, String> {
+    text.parse::<kube::core::Duration>()
+        .map(Duration::from)
+        .map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+/// The operator's flags; each also reads a `KPLUG_OPERATOR_*` variable.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OperatorArgs {
+    /// Field manager for status writes and reporter of Events.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_FIELD_MANAGER",
+        default_value = "kplug-operator"
+    )]
+    pub field_manager: String,
+    /// The finalizer that lets a plugin finalize an object before it goes.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_FINALIZER",
+        default_value = "kplug.io/finalize"
+    )]
+    pub finalizer: String,
+    /// Sticky: once served by an implementation, an object stays with it
+    /// (clear status.implementation to rebind). FollowSelection: every
+    /// reconcile goes where kplug's selection says.
+    #[arg(long, env = "KPLUG_OPERATOR_BINDING", default_value = "Sticky")]
+    pub binding: BindingPolicy,
+    /// Where objects list their extension references.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_EXTENSIONS_PATH",
+        default_value = "spec.extensions"
+    )]
+    pub extensions_path: FieldPath,
+    /// Where objects name their preferred implementation.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_PREFERRED_IMPLEMENTATION_PATH",
+        default_value = "spec.preferredImplementation"
+    )]
+    pub preferred_implementation_path: FieldPath,
+    /// Write the plugin's objectStatus under status.FIELD instead of
+    /// merging its fields into status.
+    #[arg(long, env = "KPLUG_OPERATOR_OBJECT_STATUS_FIELD")]
+    pub object_status_field: Option<String>,
+    /// An extension resource (resource.group) whose changes re-reconcile
+    /// the objects that refer to them; repeat or separate with commas.
+    #[arg(
+        long = "watch-extension",
+        env = "KPLUG_OPERATOR_WATCH_EXTENSIONS",
+        value_delimiter = ','
+    )]
+    pub watched_extensions: Vec<String>,
+    /// Only reconcile objects in this namespace (default: all).
+    #[arg(long, short = 'n', env = "KPLUG_OPERATOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Objects reconciled at once.
+    #[arg(long, env = "KPLUG_OPERATOR_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: u16,
+    /// Reconcile every object again after this long.
+    #[arg(long, env = "KPLUG_OPERATOR_RESYNC", default_value = "5m", value_parser = duration)]
+    pub resync: Duration,
+    /// The plugin's deadline for one reconcile.
+    #[arg(long, env = "KPLUG_OPERATOR_RECONCILE_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub reconcile_timeout: Duration,
+    /// First retry delay after a failure; doubles per failure.
+    #[arg(long, env = "KPLUG_OPERATOR_MIN_BACKOFF", default_value = "1s", value_parser = duration)]
+    pub min_backoff: Duration,
+    /// Longest retry delay after failures.
+    #[arg(long, env = "KPLUG_OPERATOR_MAX_BACKOFF", default_value = "5m", value_parser = duration)]
+    pub max_backoff: Duration,
+    /// Elect a leader among replicas with a Lease; only the leader reconciles.
+    #[arg(long, env = "KPLUG_OPERATOR_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: the pod's, from POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Name of the Lease (default: kplug-operator-RESOURCE.GROUP).
+    #[arg(long, env = "KPLUG_OPERATOR_LEASE_NAME")]
+    pub leader_election_lease: Option<String>,
+    /// This replica's identity in the Lease (default: the pod's name, from
+    /// POD_NAME, else the host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    pub leader_election_identity: Option<String>,
+    /// How long a Lease holds without renewal.
+    #[arg(long, env = "KPLUG_OPERATOR_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub lease_duration: Duration,
+}
+
+impl OperatorArgs {
+    /// The library's options for `resource` (`resource.group`, naming the
+    /// default Lease).
+    pub fn options(&self, resource: &str) -> Options {
+        let leader_election = self.leader_elect.then(|| LeaderElection {
+            namespace: self.leader_election_namespace.clone(),
+            lease_name: self
+                .leader_election_lease
+                .clone()
+                .unwrap_or_else(|| format!("kplug-operator-{resource}")),
+            identity: self.leader_election_identity.clone().unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "localhost".to_owned());
+                format!("{host}-{}", std::process::id())
+            }),
+            lease_duration: self.lease_duration,
+        });
+        Options {
+            field_manager: self.field_manager.clone(),
+            finalizer: self.finalizer.clone(),
+            binding: self.binding,
+            extensions_path: self.extensions_path.clone(),
+            preferred_implementation_path: self.preferred_implementation_path.clone(),
+            object_status: self
+                .object_status_field
+                .clone()
+                .map_or(ObjectStatusLayout::Merged, ObjectStatusLayout::Under),
+            watched_extensions: self.watched_extensions.clone(),
+            namespace: self.namespace.clone(),
+            concurrency: self.concurrency,
+            resync: self.resync,
+            reconcile_timeout: self.reconcile_timeout,
+            min_backoff: self.min_backoff,
+            max_backoff: self.max_backoff,
+            leader_election,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OperatorArgs,
+    }
+
+    #[test]
+    fn flags_become_options() {
+        let cli = Cli::try_parse_from([
+            "op",
+            "--binding",
+            "FollowSelection",
+            "--watch-extension",
+            "a.example.com,b.example.com",
+            "--resync",
+            "1m30s",
+            "--leader-elect=false",
+            "--object-status-field",
+            "output",
+        ])
+        .expect("parses");
+        let options = cli.args.options("things.example.com");
+        assert_eq!(options.binding, BindingPolicy::FollowSelection);
+        assert_eq!(
+            options.watched_extensions,
+            ["a.example.com", "b.example.com"]
+        );
+        assert_eq!(options.resync, Duration::from_secs(90));
+        assert!(options.leader_election.is_none());
+        assert_eq!(
+            options.object_status,
+            ObjectStatusLayout::Under("output".into())
+        );
+        let defaults = Cli::try_parse_from(["op"])
+            .expect("parses")
+            .args
+            .options("things.example.com");
+        let election = defaults.leader_election.expect("on by default");
+        assert_eq!(election.lease_name, "kplug-operator-things.example.com");
+        assert_eq!(defaults.extensions_path.to_string(), "spec.extensions");
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_the_reason() {
+        for (flag, value, says) in [
+            ("--binding", "sticky", "unsupported binding policy"),
+            ("--resync", "5 minutes", "invalid duration"),
+            ("--extensions-path", "spec..x", "empty step"),
+        ] {
+            let error = Cli::try_parse_from(["op", flag, value])
+                .err()
+                .expect("refused");
+            assert!(error.to_string().contains(says), "{flag} {value}: {error}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The kube-runtime `Controller` behind an [`Operator`](crate::Operator):
+//! what triggers a reconcile.
+//!
+//! - the resource itself, filtered to changes that need a plugin: its
+//!   generation, deletion, the finalizer, its annotations (so that
+//!   annotating an object reconciles it at once); never the operator's own
+//!   status writes;
+//! - the watched extension resources (generation changes), mapped to the
+//!   objects that refer to them;
+//! - Plugins of the resource's API turning Ready (kplug's own watch API,
+//!   through kube-apiserver), mapped to the objects waiting for a plugin.
+
+use std::collections::hash_map::DefaultHasher;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use futures::{FutureExt, StreamExt};
+use kplug_api::v1alpha1::{API_VERSION, GROUP, Plugin, VERSION, labels};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+use crate::reconciler::{Context, error_policy, reconcile};
+
+/// Changes to an object that call for a reconcile.
+fn trigger_hash(object: &DynamicObject, finalizer: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    object.meta().generation.hash(&mut hasher);
+    object.meta().deletion_timestamp.is_some().hash(&mut hasher);
+    object
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizer)
+        .hash(&mut hasher);
+    object.annotations().hash(&mut hasher);
+    hasher.finish()
+}
+
+fn plugin_resource() -> ApiResource {
+    ApiResource {
+        group: GROUP.to_owned(),
+        version: VERSION.to_owned(),
+        api_version: API_VERSION.to_owned(),
+        kind: Plugin::KIND.to_owned(),
+        plural: Plugin::PLURAL.to_owned(),
+    }
+}
+
+fn is_ready(plugin: &DynamicObject) -> bool {
+    let conditions = plugin
+        .data
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array());
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The objects in `store` that refer to `extension`.
+fn referring(
+    ctx: &Context,
+    store: &Store<DynamicObject>,
+    extension: &DynamicObject,
+) -> Vec<ObjectRef<DynamicObject>> {
+    store
+        .state()
+        .iter()
+        .filter(|object| {
+            let namespace = object.namespace();
+            (ctx.hooks.extensions)(object, &ctx.options).is_ok_and(|refs| {
+                refs.iter()
+                    .any(|r| r.names(extension, namespace.as_deref()))
+            })
+        })
+        .map(|object| ObjectRef::from_obj_with(object.as_ref(), ctx.resource.clone()))
+        .collect()
+}
+
+/// Runs the controller until `shutdown`, then lets reconciles under way finish.
+pub async fn run(
+    ctx: Arc<Context>,
+    watched_extensions: Vec<ApiResource>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let client = ctx.client.clone();
+    let resource = ctx.resource.clone();
+    let api = match &ctx.options.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let writer = Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let finalizer = ctx.options.finalizer.clone();
+    let objects = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            move |o: &DynamicObject| Some(trigger_hash(o, &finalizer)),
+            Default::default(),
+        );
+    let config = controller::Config::default().concurrency(ctx.options.concurrency);
+    let mut controller =
+        Controller::for_stream_with(objects, store.clone(), resource.clone()).with_config(config);
+
+    for extension in watched_extensions {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &extension);
+        let changes = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let (ctx, store) = (ctx.clone(), store.clone());
+        controller = controller.watches_stream_with(
+            changes,
+            move |e| referring(&ctx, &store, &e),
+            extension,
+        );
+    }
+
+    let api_label = format!("{}={}.{}", labels::API, resource.plural, resource.group);
+    let plugins = Api::<DynamicObject>::all_with(client, &plugin_resource());
+    let ready_changes = watcher(plugins, watcher::Config::default().labels(&api_label))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(
+            |p: &DynamicObject| {
+                let mut hasher = DefaultHasher::new();
+                (p.uid(), is_ready(p)).hash(&mut hasher);
+                Some(hasher.finish())
+            },
+            Default::default(),
+        );
+    let waking = ctx.clone();
+    controller = controller.watches_stream_with(
+        ready_changes,
+        move |plugin| {
+            if !is_ready(&plugin) {
+                return Vec::new();
+            }
+            let waiting: Vec<_> = waking.waiting.lock().iter().cloned().collect();
+            if !waiting.is_empty() {
+                info!(plugin = %plugin.name_any(), objects = waiting.len(), "a plugin is Ready: waking the objects waiting for one");
+            }
+            waiting
+        },
+        plugin_resource(),
+    );
+
+    // The controller wants a `Sync` trigger; a oneshot receiver is one.
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(());
+    });
+    info!(resource = %format!("{}.{}", resource.plural, resource.group), "controller started");
+    controller
+        .graceful_shutdown_on(stopped.map(|_| ()))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(%object, "reconciled"),
+                // error_policy has logged it with its delay.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    debug!(%object, "gone before its reconcile")
+                }
+                Err(error) => warn!(%error, "controller"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+}

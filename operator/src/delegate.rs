@@ -1,0 +1,318 @@
+//! Delegation: one `create reconciles.plugins.kplug.io` through
+//! kube-apiserver, so the operator's own RBAC governs it, and the typed
+//! ways it can fail.
+
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode, header};
+use kplug_api::v1alpha1::{
+    API_VERSION, ApiSelector, Operation, RawObject, Reconcile, ReconcileSpec, ReconcileStatus,
+};
+use kube::Client;
+use kube::api::DynamicObject;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+const RECONCILES_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
+
+/// How long to wait before a retry when kplug says to retry but not when.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What one delegation asks for.
+#[derive(Debug)]
+pub struct Delegation<'a> {
+    pub operation: Operation,
+    pub api: &'a ApiSelector,
+    pub object: &'a DynamicObject,
+    pub extensions: &'a [DynamicObject],
+    pub preferred_implementation: Option<String>,
+    pub required_implementation: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Why a delegation did not produce a plugin's answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DelegateError {
+    /// No Ready plugin (of the required implementation) or it cannot be
+    /// reached: wait for one.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after: Duration,
+    },
+    /// The plugin is at its concurrency bound.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after: Duration,
+    },
+    /// The operator's identity may not create reconciles.
+    #[error("{0}")]
+    Forbidden(String),
+    /// kplug is not installed or its APIService is not available.
+    #[error(
+        "the reconciles resource is not served ({0}): is kplug installed and its APIService Available?"
+    )]
+    NotServed(String),
+    /// The plugin did not answer within the deadline.
+    #[error("{0}")]
+    Timeout(String),
+    /// kplug refused the request as malformed or invalid.
+    #[error("{0}")]
+    Rejected(String),
+    /// Any other Kubernetes `Status` error.
+    #[error("{reason} ({code}): {message}")]
+    Failed {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// The request did not get an HTTP answer.
+    #[error("calling kplug: {0}")]
+    Transport(#[from] kube::Error),
+    /// The answer was not a Reconcile or a Status.
+    #[error("kplug's answer could not be decoded: {0}")]
+    Decode(String),
+}
+
+impl DelegateError {
+    /// The condition and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unavailable { .. } => "PluginUnavailable",
+            Self::TooManyRequests { .. } => "TooManyRequests",
+            Self::Forbidden(_) => "Forbidden",
+            Self::NotServed(_) => "KplugNotServed",
+            Self::Timeout(_) => "PluginTimeout",
+            Self::Rejected(_) => "ReconcileRejected",
+            Self::Failed { .. } | Self::Transport(_) | Self::Decode(_) => "DelegationFailed",
+        }
+    }
+
+    /// How long kplug asked to wait, when it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Unavailable { retry_after, .. } | Self::TooManyRequests { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The fields of a Kubernetes `Status` error body that matter here.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StatusBody {
+    message: String,
+    reason: String,
+    details: Option<StatusDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct StatusDetails {
+    retry_after_seconds: Option<u64>,
+}
+
+fn raw(object: &impl serde::Serialize) -> Result<RawObject, DelegateError> {
+    serde_json::to_string(object)
+        .and_then(RawValue::from_string)
+        .map_err(|e| DelegateError::Decode(format!("encoding the object: {e}")))
+}
+
+/// The object as a plugin should see it: its `managedFields` are the API
+/// server's bookkeeping, often larger than the object itself.
+fn without_managed_fields(object: &DynamicObject) -> DynamicObject {
+    let mut object = object.clone();
+    object.metadata.managed_fields = None;
+    object
+}
+
+/// The `Reconcile` body for a delegation.
+pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateError> {
+    let timeout_seconds = i64::try_from(delegation.timeout.as_secs().max(1)).unwrap_or(i64::MAX);
+    Ok(Reconcile {
+        api_version: API_VERSION.to_owned(),
+        kind: Reconcile::KIND.to_owned(),
+        metadata: Default::default(),
+        spec: ReconcileSpec {
+            operation_name: Some(delegation.operation.as_str().to_owned()),
+            dry_run: false,
+            timeout_seconds: Some(timeout_seconds),
+            object: Some(raw(&without_managed_fields(delegation.object))?),
+            extensions: delegation
+                .extensions
+                .iter()
+                .map(|e| raw(&without_managed_fields(e)))
+                .collect::<Result<_, _>>()?,
+            api: Some(delegation.api.clone()),
+            preferred_implementation: delegation.preferred_implementation.clone(),
+            required_implementation: delegation.required_implementation.clone(),
+            plugin: None,
+        },
+        status: None,
+    })
+}
+
+/// Classifies a non-success answer.
+fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -> DelegateError {
+    let parsed: StatusBody = serde_json::from_slice(body).unwrap_or_else(|_| StatusBody {
+        message: String::from_utf8_lossy(body).trim().to_owned(),
+        ..Default::default()
+    });
+    let retry_after = retry_header
+        .or_else(|| {
+            parsed
+                .details
+                .as_ref()
+                .and_then(|d| d.retry_after_seconds)
+                .map(Duration::from_secs)
+        })
+        .unwrap_or(DEFAULT_RETRY_AFTER);
+    let message = parsed.message;
+    match status {
+        StatusCode::SERVICE_UNAVAILABLE => DelegateError::Unavailable {
+            message,
+            retry_after,
+        },
+        StatusCode::TOO_MANY_REQUESTS => DelegateError::TooManyRequests {
+            message,
+            retry_after,
+        },
+        StatusCode::FORBIDDEN => DelegateError::Forbidden(message),
+        StatusCode::NOT_FOUND => DelegateError::NotServed(message),
+        StatusCode::GATEWAY_TIMEOUT => DelegateError::Timeout(message),
+        StatusCode::BAD_REQUEST
+        | StatusCode::UNPROCESSABLE_ENTITY
+        | StatusCode::PAYLOAD_TOO_LARGE
+        | StatusCode::UNSUPPORTED_MEDIA_TYPE => DelegateError::Rejected(message),
+        other => DelegateError::Failed {
+            code: other.as_u16(),
+            reason: parsed.reason,
+            message,
+        },
+    }
+}
+
+/// Sends one delegation and returns the plugin's answer.
+pub async fn delegate(
+    client: &Client,
+    delegation: &Delegation<'_>,
+) -> Result<ReconcileStatus, DelegateError> {
+    let body = serde_json::to_vec(&request_body(delegation)?)
+        .map_err(|e| DelegateError::Decode(format!("encoding the request: {e}")))?;
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(RECONCILES_PATH)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(body.into())
+        .map_err(|e| DelegateError::Decode(format!("building the request: {e}")))?;
+    let response = client.send(request).await?;
+    let status = response.status();
+    let retry_header = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_secs);
+    let bytes = response.into_body().collect_bytes().await?;
+    if !status.is_success() {
+        return Err(error_from(status, retry_header, &bytes));
+    }
+    let answer: Reconcile = serde_json::from_slice(&bytes)
+        .map_err(|e| DelegateError::Decode(format!("decoding the Reconcile: {e}")))?;
+    answer
+        .status
+        .ok_or_else(|| DelegateError::Decode("the Reconcile has no status".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ApiResource;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_body_carries_the_object_without_managed_fields() {
+        let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "myorg.org",
+            "v1alpha1",
+            "DatabaseTable",
+        ));
+        let mut object = DynamicObject::new("users", &resource).within("default");
+        object.metadata.managed_fields = Some(vec![Default::default()]);
+        object.data = json!({"spec": {"serverName": "db", "big": 18446744073709551615u64}});
+        let api = ApiSelector {
+            group: "myorg.org".into(),
+            resource: "databasetables".into(),
+            version: String::new(),
+        };
+        let body = request_body(&Delegation {
+            operation: Operation::Finalize,
+            api: &api,
+            object: &object,
+            extensions: &[],
+            preferred_implementation: Some("MariaDB".into()),
+            required_implementation: Some("PostgreSQL".into()),
+            timeout: Duration::from_millis(1500),
+        })
+        .expect("encodes");
+        let json = serde_json::to_value(&body).expect("serializes");
+        assert_eq!(json["spec"]["operation"], "Finalize");
+        assert_eq!(json["spec"]["timeoutSeconds"], 1);
+        assert_eq!(json["spec"]["requiredImplementation"], "PostgreSQL");
+        assert_eq!(
+            json["spec"]["api"],
+            json!({"group": "myorg.org", "resource": "databasetables"})
+        );
+        assert_eq!(json["spec"]["object"]["metadata"]["name"], "users");
+        assert!(
+            json["spec"]["object"]["metadata"]
+                .get("managedFields")
+                .is_none()
+        );
+        assert_eq!(
+            json["spec"]["object"]["spec"]["big"],
+            json!(18446744073709551615u64)
+        );
+    }
+
+    #[test]
+    fn status_errors_are_typed_with_their_retry_hint() {
+        let body = json!({"kind": "Status", "code": 503, "reason": "ServiceUnavailable",
+            "message": "no Ready plugin serves databasetables.myorg.org",
+            "details": {"retryAfterSeconds": 3}})
+        .to_string();
+        let error = error_from(StatusCode::SERVICE_UNAVAILABLE, None, body.as_bytes());
+        assert_eq!(error.reason(), "PluginUnavailable");
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(3)));
+        assert!(error.to_string().contains("no Ready plugin"));
+        let header_wins = error_from(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(Duration::from_secs(7)),
+            body.as_bytes(),
+        );
+        assert_eq!(header_wins.retry_after(), Some(Duration::from_secs(7)));
+        let cases = [
+            (StatusCode::FORBIDDEN, "Forbidden"),
+            (StatusCode::NOT_FOUND, "KplugNotServed"),
+            (StatusCode::GATEWAY_TIMEOUT, "PluginTimeout"),
+            (StatusCode::UNPROCESSABLE_ENTITY, "ReconcileRejected"),
+            (StatusCode::INTERNAL_SERVER_ERROR, "DelegationFailed"),
+        ];
+        for (code, reason) in cases {
+            assert_eq!(
+                error_from(code, None, b"not json").reason(),
+                reason,
+                "{code}"
+            );
+        }
+        assert_eq!(
+            error_from(StatusCode::FORBIDDEN, None, b"plain text refusal").to_string(),
+            "plain text refusal"
+        );
+    }
+}

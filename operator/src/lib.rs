@@ -1,0 +1,195 @@
+//! Operators that delegate to kplug plugins.
+//!
+//! An [`Operator`] watches one custom resource and, for each object:
+//! resolves the extension objects it refers to, delegates it with one
+//! `create reconciles.plugins.kplug.io` through kube-apiserver (so the
+//! operator's RBAC applies), records which implementation served it and
+//! keeps it there ([`BindingPolicy`]), writes the plugin's answer into the
+//! object's and the extensions' status with server-side apply, records
+//! Events, finalizes through the plugin, and requeues with per-object
+//! backoff. Objects waiting for a plugin wake when a Ready plugin of their
+//! API appears (kplug's own watch API). Replicas elect a leader on a Lease.
+//!
+//! ```no_run
+//! # async fn run(client: kube::Client, resource: kube::api::ApiResource) -> Result<(), kplug_operator::Error> {
+//! use kplug_operator::{Operator, Options};
+//! Operator::new(client, resource, Options::default())
+//!     .run(async { tokio::signal::ctrl_c().await.ok(); })
+//!     .await
+//! # }
+//! ```
+
+pub mod binding;
+mod config;
+mod controller;
+pub mod delegate;
+mod discovery;
+pub mod extensions;
+mod leader;
+pub mod path;
+mod reconciler;
+pub mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use binding::BindingPolicy;
+pub use config::{LeaderElection, OperatorArgs, Options};
+pub use discovery::discover;
+pub use extensions::{ExtensionError, ExtensionRef};
+pub use path::FieldPath;
+
+use reconciler::Context;
+
+/// Why an operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("discovering {resource}: {why}")]
+    Discovery { resource: String, why: String },
+    #[error(
+        "{0} has no status subresource: the operator writes status through it (add `subresources: {{status: {{}}}}` to its CRD version)"
+    )]
+    NoStatusSubresource(String),
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("lost the leader election Lease {0}: stopping so that only the new leader writes")]
+    LostLeadership(String),
+}
+
+type ExtensionsHook =
+    dyn Fn(&DynamicObject, &Options) -> Result<Vec<ExtensionRef>, ExtensionError> + Send + Sync;
+type PreferredHook = dyn Fn(&DynamicObject, &Options) -> Option<String> + Send + Sync;
+
+/// How an object names its extensions and preferred implementation: by
+/// default the paths in [`Options`]; typed operators can read their own
+/// fields instead.
+#[derive(Clone)]
+pub struct Hooks {
+    extensions: Arc<ExtensionsHook>,
+    preferred_implementation: Arc<PreferredHook>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            extensions: Arc::new(|object, options| {
+                let path = &options.extensions_path;
+                extensions::parse_references(&path.to_string(), path.get(&object.data))
+            }),
+            preferred_implementation: Arc::new(|object, options| {
+                let value = options.preferred_implementation_path.get(&object.data);
+                value
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            }),
+        }
+    }
+}
+
+fn parse<K: Resource + DeserializeOwned>(object: &DynamicObject) -> Result<K, ExtensionError> {
+    object
+        .clone()
+        .try_parse::<K>()
+        .map_err(|e| ExtensionError::InvalidObject(e.to_string()))
+}
+
+/// A delegating controller for one resource.
+pub struct Operator {
+    client: Client,
+    resource: ApiResource,
+    options: Options,
+    hooks: Hooks,
+}
+
+impl Operator {
+    /// An operator for a resource found through discovery (see [`discover`]).
+    pub fn new(client: Client, resource: ApiResource, options: Options) -> Self {
+        Self {
+            client,
+            resource,
+            options,
+            hooks: Hooks::default(),
+        }
+    }
+
+    /// An operator for a typed resource, e.g. one derived with
+    /// `kube::CustomResource`.
+    pub fn for_resource<K: Resource<DynamicType = ()>>(client: Client, options: Options) -> Self {
+        Self::new(client, ApiResource::erase::<K>(&()), options)
+    }
+
+    /// Reads the extension references from a typed object.
+    #[must_use]
+    pub fn extensions<K, F>(mut self, read: F) -> Self
+    where
+        K: Resource + DeserializeOwned,
+        F: Fn(&K) -> Vec<ExtensionRef> + Send + Sync + 'static,
+    {
+        self.hooks.extensions = Arc::new(move |object, _| parse::<K>(object).map(|k| read(&k)));
+        self
+    }
+
+    /// Reads the preferred implementation from a typed object.
+    #[must_use]
+    pub fn preferred_implementation<K, F>(mut self, read: F) -> Self
+    where
+        K: Resource + DeserializeOwned,
+        F: Fn(&K) -> Option<String> + Send + Sync + 'static,
+    {
+        self.hooks.preferred_implementation =
+            Arc::new(move |object, _| parse::<K>(object).ok().and_then(|k| read(&k)));
+        self
+    }
+
+    /// Runs until `shutdown` completes (then finishes the reconciles under
+    /// way) or, with leader election, until the Lease is lost.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let reporter = Reporter {
+            controller: self.options.field_manager.clone(),
+            instance: self
+                .options
+                .leader_election
+                .as_ref()
+                .map(|l| l.identity.clone()),
+        };
+        let recorder = Recorder::new(self.client.clone(), reporter);
+        let api = kplug_api::v1alpha1::ApiSelector {
+            group: self.resource.group.clone(),
+            resource: self.resource.plural.clone(),
+            version: String::new(),
+        };
+        let watched =
+            discovery::discover_all(&self.client, &self.options.watched_extensions).await?;
+        let election = self.options.leader_election.clone();
+        let ctx = Arc::new(Context::new(
+            self.client.clone(),
+            self.resource,
+            api,
+            self.options,
+            self.hooks,
+            recorder,
+        ));
+        match election {
+            None => {
+                controller::run(ctx, watched, shutdown).await;
+                Ok(())
+            }
+            Some(election) => {
+                leader::run_as_leader(self.client, &election, shutdown, |stop| {
+                    controller::run(ctx, watched, stop)
+                })
+                .await
+            }
+        }
+    }
+}

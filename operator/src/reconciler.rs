@@ -1,0 +1,519 @@
+//! One reconcile of one object: resolve its extensions, delegate through
+//! kplug, write the answer back, record Events, and decide when to come
+//! back. Finalization runs through kube's finalizer helper.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use jiff::Timestamp;
+use kplug_api::v1alpha1::{ApiSelector, Operation, ReconcileStatus};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use tracing::{info, warn};
+
+use crate::Hooks;
+use crate::config::Options;
+use crate::delegate::{self, DelegateError, Delegation};
+use crate::extensions::{ExtensionError, ExtensionRef, Resolver};
+use crate::status::{Desired, Outcome, Owned, needs_write};
+
+/// Why a reconcile ended early; each carries when to try again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Writing to the API failed (status, Events are best effort).
+    #[error("writing {what}: {source}")]
+    Write {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The object cannot be finalized yet; its conditions say why.
+    #[error("not finalized yet: {0}")]
+    NotFinalized(String, Duration),
+    /// The finalizer could not be added or removed.
+    #[error(transparent)]
+    Finalizer(#[from] Box<finalizer::Error<ReconcileError>>),
+}
+
+impl ReconcileError {
+    fn retry_in(&self) -> Option<Duration> {
+        match self {
+            Self::NotFinalized(_, retry_in) => Some(*retry_in),
+            Self::Write { .. } | Self::Finalizer(_) => None,
+        }
+    }
+}
+
+/// What every reconcile of one operator shares.
+pub struct Context {
+    pub client: Client,
+    pub resource: ApiResource,
+    pub api: ApiSelector,
+    pub options: Options,
+    pub hooks: Hooks,
+    pub resolver: Resolver,
+    pub recorder: Recorder,
+    /// Objects that wait for a Ready plugin: a plugin turning Ready wakes them.
+    pub waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    backoffs: Mutex<HashMap<ObjectRef<DynamicObject>, ExponentialBackoff>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        resource: ApiResource,
+        api: ApiSelector,
+        options: Options,
+        hooks: Hooks,
+        recorder: Recorder,
+    ) -> Self {
+        Self {
+            resolver: Resolver::new(client.clone()),
+            client,
+            resource,
+            api,
+            options,
+            hooks,
+            recorder,
+            waiting: Mutex::default(),
+            backoffs: Mutex::default(),
+        }
+    }
+
+    fn object_ref(&self, object: &DynamicObject) -> ObjectRef<DynamicObject> {
+        ObjectRef::from_obj_with(object, self.resource.clone())
+    }
+
+    /// The next delay in the object's exponential backoff.
+    fn backoff(&self, object: &DynamicObject) -> Duration {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(self.options.min_backoff)
+            .with_max_delay(self.options.max_backoff)
+            .with_jitter()
+            .without_max_times();
+        self.backoffs
+            .lock()
+            .entry(self.object_ref(object))
+            .or_insert_with(|| builder.build())
+            .next()
+            .unwrap_or(self.options.max_backoff)
+    }
+
+    fn succeeded(&self, object: &DynamicObject) {
+        let key = self.object_ref(object);
+        self.backoffs.lock().remove(&key);
+        self.waiting.lock().remove(&key);
+    }
+
+    fn api_for(&self, object: &DynamicObject) -> Api<DynamicObject> {
+        match object.namespace() {
+            Some(namespace) => {
+                Api::namespaced_with(self.client.clone(), &namespace, &self.resource)
+            }
+            None => Api::all_with(self.client.clone(), &self.resource),
+        }
+    }
+
+    async fn event(
+        &self,
+        object: &DynamicObject,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(1024).collect()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        let reference = object.object_ref(&self.resource);
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            warn!(%error, object = %self.object_ref(object), reason, "recording an Event failed");
+        }
+    }
+
+    /// Applies `desired` to `object`'s status unless nothing would change;
+    /// returns whether it wrote.
+    async fn write_status(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        desired: Map<String, Value>,
+        owned: &Owned,
+    ) -> Result<bool, ReconcileError> {
+        let current = object.data.get("status").unwrap_or(&Value::Null);
+        if !needs_write(current, &desired, owned) {
+            return Ok(false);
+        }
+        let types = object.types.clone().unwrap_or_default();
+        let patch = json!({
+            "apiVersion": types.api_version,
+            "kind": types.kind,
+            "status": desired,
+        });
+        let params = PatchParams::apply(&self.options.field_manager).force();
+        api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
+            .await
+            .map_err(|source| ReconcileError::Write {
+                what: format!("the status of {}", self.object_ref(object)),
+                source,
+            })?;
+        Ok(true)
+    }
+
+    /// Writes the conditions (and keeps the rest) for an outcome without an
+    /// answer, and records a Warning.
+    async fn not_delegated(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        reason: &str,
+        message: String,
+        action: &str,
+    ) -> Result<(), ReconcileError> {
+        warn!(object = %self.object_ref(object), reason, %message, "not reconciled");
+        let owned = Owned::read(&object.metadata, &self.options.field_manager);
+        let current = object.data.get("status").unwrap_or(&Value::Null);
+        let desired = Desired {
+            current,
+            owned: &owned,
+            generation: object.metadata.generation,
+            binding: bound_implementation(object),
+            layout: &self.options.object_status,
+            now: Timestamp::now(),
+        }
+        .status(&Outcome::NotDelegated {
+            reason,
+            message: message.clone(),
+        });
+        self.event(object, EventType::Warning, reason, &message, action)
+            .await;
+        self.write_status(api, object, desired, &owned).await?;
+        Ok(())
+    }
+
+    /// The extension objects `object` refers to.
+    async fn extensions(
+        &self,
+        object: &DynamicObject,
+        finalizing: bool,
+    ) -> Result<Vec<DynamicObject>, ExtensionError> {
+        let references = (self.hooks.extensions)(object, &self.options)?;
+        let namespace = object.namespace();
+        if !finalizing {
+            return self
+                .resolver
+                .resolve(&references, namespace.as_deref())
+                .await;
+        }
+        // An extension deleted before the object must not block its
+        // finalization: finalize with the ones still there.
+        let mut found = Vec::with_capacity(references.len());
+        for reference in references {
+            match self
+                .resolver
+                .resolve(std::slice::from_ref(&reference), namespace.as_deref())
+                .await
+            {
+                Ok(objects) => found.extend(objects),
+                Err(ExtensionError::NotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(found)
+    }
+
+    async fn call(
+        &self,
+        object: &DynamicObject,
+        extensions: &[DynamicObject],
+        operation: Operation,
+    ) -> Result<ReconcileStatus, DelegateError> {
+        let finalizing = operation == Operation::Finalize;
+        let required = self
+            .options
+            .binding
+            .required(bound_implementation(object), finalizing);
+        let preferred = (self.hooks.preferred_implementation)(object, &self.options);
+        delegate::delegate(
+            &self.client,
+            &Delegation {
+                operation,
+                api: &self.api,
+                object,
+                extensions,
+                preferred_implementation: preferred.filter(|_| required.is_none()),
+                required_implementation: required.map(str::to_owned),
+                timeout: self.options.reconcile_timeout,
+            },
+        )
+        .await
+    }
+
+    /// Writes the plugin's extension statuses; a failure is reported on the
+    /// object and does not stop the others.
+    async fn write_extension_statuses(
+        &self,
+        object: &DynamicObject,
+        extensions: &[DynamicObject],
+        answer: &ReconcileStatus,
+    ) {
+        for reported in &answer.extension_statuses {
+            let reference = ExtensionRef {
+                api_version: reported.reference.api_version.clone(),
+                kind: reported.reference.kind.clone(),
+                name: reported.reference.name.clone(),
+                namespace: Some(reported.reference.namespace.clone()).filter(|n| !n.is_empty()),
+            };
+            let namespace = object.namespace();
+            let Some(extension) = extensions
+                .iter()
+                .find(|e| reference.names(e, namespace.as_deref()))
+            else {
+                warn!(object = %self.object_ref(object), extension = %reference, "the plugin reported a status for an extension it was not sent");
+                continue;
+            };
+            let Value::Object(desired) = &reported.status else {
+                warn!(extension = %reference, "the plugin reported a status that is not an object");
+                continue;
+            };
+            let result = async {
+                let api = self
+                    .resolver
+                    .api(&reference, namespace.as_deref())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let owned = Owned::read(&extension.metadata, &self.options.field_manager);
+                self.write_status(&api, extension, desired.clone(), &owned)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            if let Err(message) = result.await {
+                self.event(
+                    object,
+                    EventType::Warning,
+                    "ExtensionStatusNotWritten",
+                    &message,
+                    "Reconcile",
+                )
+                .await;
+            }
+        }
+    }
+
+    /// `Event::Apply`: reconcile through a plugin.
+    async fn apply(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+    ) -> Result<Action, ReconcileError> {
+        let key = self.object_ref(object);
+        let extensions = match self.extensions(object, false).await {
+            Ok(extensions) => extensions,
+            Err(error) => {
+                self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
+                    .await?;
+                return Ok(Action::requeue(self.backoff(object)));
+            }
+        };
+        let answer = match self.call(object, &extensions, Operation::Reconcile).await {
+            Ok(answer) => answer,
+            Err(DelegateError::TooManyRequests { retry_after, .. }) => {
+                return Ok(Action::requeue(retry_after));
+            }
+            Err(error) => {
+                if matches!(error, DelegateError::Unavailable { .. }) {
+                    self.waiting.lock().insert(key);
+                }
+                let delay = error
+                    .retry_after()
+                    .unwrap_or_default()
+                    .max(self.backoff(object));
+                self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
+                    .await?;
+                return Ok(Action::requeue(delay));
+            }
+        };
+        self.waiting.lock().remove(&key);
+        let binding = match self
+            .options
+            .binding
+            .required(bound_implementation(object), false)
+        {
+            Some(bound) => bound.to_owned(),
+            None => answer.plugin.implementation.clone(),
+        };
+        let owned = Owned::read(&object.metadata, &self.options.field_manager);
+        let current = object.data.get("status").unwrap_or(&Value::Null);
+        let desired = Desired {
+            current,
+            owned: &owned,
+            generation: object.metadata.generation,
+            binding: Some(&binding),
+            layout: &self.options.object_status,
+            now: Timestamp::now(),
+        }
+        .status(&Outcome::Answered(&answer));
+        let wrote = self.write_status(api, object, desired, &owned).await?;
+        self.write_extension_statuses(object, &extensions, &answer)
+            .await;
+        info!(
+            object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,
+            selection = ?answer.selection.reason, success = answer.success, wrote, operation_id = %answer.operation_id,
+            "reconciled"
+        );
+        if wrote || !answer.success {
+            self.record_results(object, &answer, "Reconcile").await;
+        }
+        let asked = answer
+            .requeue_after_seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64);
+        if answer.success {
+            self.succeeded(object);
+            Ok(Action::requeue(asked.map_or(self.options.resync, |a| {
+                a.min(self.options.resync)
+            })))
+        } else {
+            Ok(Action::requeue(
+                asked.unwrap_or_default().max(self.backoff(object)),
+            ))
+        }
+    }
+
+    async fn record_results(&self, object: &DynamicObject, answer: &ReconcileStatus, action: &str) {
+        for result in &answer.results {
+            let type_ = if result.severity == "Normal" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            self.event(object, type_, &result.reason, &result.message, action)
+                .await;
+        }
+        if answer.results.is_empty() && !answer.success {
+            self.event(
+                object,
+                EventType::Warning,
+                "ReconcileFailed",
+                "the plugin reported a failure",
+                action,
+            )
+            .await;
+        }
+    }
+
+    /// `Event::Cleanup`: finalize through the bound implementation; the
+    /// finalizer goes only when the plugin succeeds.
+    async fn cleanup(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+    ) -> Result<Action, ReconcileError> {
+        let key = self.object_ref(object);
+        let Some(bound) = bound_implementation(object) else {
+            info!(object = %key, "never served by a plugin: nothing to finalize");
+            return Ok(Action::await_change());
+        };
+        let waiting_note = format!(
+            " (the finalizer {} stays until a {bound} plugin finalizes the object)",
+            self.options.finalizer
+        );
+        let extensions = match self.extensions(object, true).await {
+            Ok(extensions) => extensions,
+            Err(error) => {
+                let message = format!("{error}{waiting_note}");
+                self.not_delegated(api, object, error.reason(), message.clone(), "Finalize")
+                    .await?;
+                return Err(ReconcileError::NotFinalized(message, self.backoff(object)));
+            }
+        };
+        match self.call(object, &extensions, Operation::Finalize).await {
+            Ok(answer) if answer.success => {
+                info!(object = %key, plugin = %answer.plugin.name, operation_id = %answer.operation_id, "finalized");
+                self.record_results(object, &answer, "Finalize").await;
+                self.succeeded(object);
+                Ok(Action::await_change())
+            }
+            Ok(answer) => {
+                self.record_results(object, &answer, "Finalize").await;
+                let why = answer.results.iter().find(|r| r.severity != "Normal");
+                let reason = why.map_or("FinalizeFailed", |r| r.reason.as_str());
+                let message = format!(
+                    "{}{waiting_note}",
+                    why.map_or("the plugin could not finalize", |r| &r.message)
+                );
+                self.not_delegated(api, object, reason, message.clone(), "Finalize")
+                    .await?;
+                Err(ReconcileError::NotFinalized(message, self.backoff(object)))
+            }
+            Err(error) => {
+                if matches!(error, DelegateError::Unavailable { .. }) {
+                    self.waiting.lock().insert(key);
+                }
+                let delay = error
+                    .retry_after()
+                    .unwrap_or_default()
+                    .max(self.backoff(object));
+                let message = format!("{error}{waiting_note}");
+                self.not_delegated(api, object, error.reason(), message.clone(), "Finalize")
+                    .await?;
+                Err(ReconcileError::NotFinalized(message, delay))
+            }
+        }
+    }
+}
+
+/// The implementation the object is bound to (`status.implementation`).
+pub fn bound_implementation(object: &DynamicObject) -> Option<&str> {
+    object
+        .data
+        .pointer("/status/implementation")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The controller's reconcile function.
+pub async fn reconcile(
+    object: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let api = ctx.api_for(&object);
+    finalizer(&api, &ctx.options.finalizer, object, |event| async {
+        match event {
+            finalizer::Event::Apply(object) => ctx.apply(&api, &object).await,
+            finalizer::Event::Cleanup(object) => ctx.cleanup(&api, &object).await,
+        }
+    })
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+/// The controller's error policy: the error's own delay, else the object's backoff.
+pub fn error_policy(
+    object: Arc<DynamicObject>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    let delay = match error {
+        ReconcileError::Finalizer(inner) => match inner.as_ref() {
+            finalizer::Error::CleanupFailed(e) | finalizer::Error::ApplyFailed(e) => e.retry_in(),
+            _ => None,
+        },
+        other => other.retry_in(),
+    };
+    let delay = delay.unwrap_or_else(|| ctx.backoff(&object));
+    warn!(object = %ctx.object_ref(&object), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
