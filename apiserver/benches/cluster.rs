@@ -27,18 +27,20 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use kplug_test_support::{
+    AggregatedKplug, ControlPlane, Installation, KUBECTL, Process, hello_plugin_command,
+    plugin_identity, target_binary,
+};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -53,9 +55,7 @@ const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-h
 /// The command that produces these numbers, as printed in the report.
 const COMMAND: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello && \
                        cargo bench -p kplug-apiserver --bench cluster";
-const KUBECTL: &str = "/usr/bin/kubectl";
 
-const GROUP_VERSION: &str = "/apis/plugins.kplug.io/v1alpha1";
 const PLUGINS_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 /// The plugin registered with both kplug processes.
 const PLUGIN: &str = "bench-hello";
@@ -82,8 +82,8 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<()> {
-    let kplug_binary = support::release_binary("kplug-apiserver", BUILD)?;
-    let hello_binary = support::release_binary("hello-plugin", BUILD)?;
+    let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
+    let hello_binary = target_binary("hello-plugin", BUILD)?;
     ensure!(Path::new(KUBECTL).exists(), "{KUBECTL} is missing");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -97,51 +97,21 @@ fn main() -> Result<()> {
         .tempdir_in("/tmp")
         .context("creating a work directory")?;
     eprintln!("starting the control plane (etcd + kube-apiserver)");
-    let cluster = ControlPlane::start(work.path().join("cp"))?;
-    let kube_apiserver_pid: u32 = cluster.var("KPLUG_APISERVER_PID")?.parse()?;
+    let cluster = ControlPlane::start(work.path().join("cp"));
+    let kube_apiserver_pid: u32 = cluster.var("KPLUG_APISERVER_PID").parse()?;
 
-    // The shipped RBAC, kplug's identity and serving certificate.
-    let deploy = repo_root().join("deploy");
-    cluster.kubectl_ok(&["apply", "-k", &deploy.to_string_lossy()])?;
-    let kplug_token = cluster.token("kplug-system", "kplug")?;
-    let kubeconfig = work.path().join("kplug.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{}', certificate-authority: '{}'}}\nusers:\n- name: kplug\n  user: {{token: '{kplug_token}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: kplug}}\ncurrent-context: c\n",
-            cluster.var("KPLUG_APISERVER_URL")?,
-            cluster.var("KPLUG_CA_CERT")?,
-        ),
-    )?;
-    let certs = work.path().join("kplug-certs");
-    let output = Command::new(&kplug_binary)
-        .args([
-            "certs",
-            "--service",
-            "kplug",
-            "--namespace",
-            "kplug-system",
-            "--out-dir",
-        ])
-        .arg(&certs)
-        .output()
-        .context("kplug-apiserver certs")?;
-    ensure!(output.status.success(), "certs: {}", text(&output));
-
-    let warm = Kplug::start(&kplug_binary, &kubeconfig, &certs, "warm", "10s")?;
-    let cold = Kplug::start(&kplug_binary, &kubeconfig, &certs, "cold", "0s")?;
-    register_apiservice(&cluster, &certs, warm.https.port())?;
+    // The shipped RBAC, kplug's identity and serving certificate; two kplugs,
+    // the warm one behind the APIService.
+    let installation = Installation::install(&cluster, work.path());
+    let warm = start_kplug(&installation, "warm", "10s");
+    let cold = start_kplug(&installation, "cold", "0s");
+    warm.register(&cluster);
 
     // The plugin, registered with both kplug processes under one name.
-    cluster.kubectl_ok(&["create", "namespace", "plugins"])?;
-    cluster.kubectl_ok(&["create", "serviceaccount", PLUGIN, "-n", "plugins"])?;
-    cluster.apply(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: 'kplug:plugin:{PLUGIN}'}}\nrules:\n- {{apiGroups: [plugins.kplug.io], resources: [plugins/heartbeat], verbs: [create], resourceNames: [{PLUGIN}]}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: 'kplug:plugin:{PLUGIN}'}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: 'kplug:plugin:{PLUGIN}'}}\nsubjects:\n- {{kind: ServiceAccount, name: {PLUGIN}, namespace: plugins}}\n"
-    ))?;
-    let plugin_token = work.path().join("plugin.token");
-    std::fs::write(&plugin_token, cluster.token("plugins", PLUGIN)?)?;
-    let _hello_warm = hello_plugin(&hello_binary, &warm, &certs, &plugin_token)?;
-    let _hello_cold = hello_plugin(&hello_binary, &cold, &certs, &plugin_token)?;
+    cluster.kubectl_ok(&["create", "namespace", "plugins"]);
+    let plugin_token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), work.path());
+    let _hello_warm = hello_plugin(&warm, &plugin_token);
+    let _hello_cold = hello_plugin(&cold, &plugin_token);
 
     cluster.kubectl_ok(&[
         "create",
@@ -149,18 +119,18 @@ fn main() -> Result<()> {
         READER,
         "--clusterrole=kplug:reader",
         &format!("--user={READER}"),
-    ])?;
+    ]);
 
     let env = Endpoints {
-        kplug_ca: std::fs::read(certs.join("ca.crt"))?,
-        front_proxy_cert: std::fs::read(cluster.var("KPLUG_FRONT_PROXY_CLIENT_CERT")?)?,
-        front_proxy_key: std::fs::read(cluster.var("KPLUG_FRONT_PROXY_CLIENT_KEY")?)?,
-        cluster_ca: std::fs::read(cluster.var("KPLUG_CA_CERT")?)?,
-        admin_cert: std::fs::read(cluster.var("KPLUG_ADMIN_CERT")?)?,
-        admin_key: std::fs::read(cluster.var("KPLUG_ADMIN_KEY")?)?,
+        kplug_ca: std::fs::read(installation.certs.join("ca.crt"))?,
+        front_proxy_cert: std::fs::read(cluster.var("KPLUG_FRONT_PROXY_CLIENT_CERT"))?,
+        front_proxy_key: std::fs::read(cluster.var("KPLUG_FRONT_PROXY_CLIENT_KEY"))?,
+        cluster_ca: std::fs::read(cluster.var("KPLUG_CA_CERT"))?,
+        admin_cert: std::fs::read(cluster.var("KPLUG_ADMIN_CERT"))?,
+        admin_key: std::fs::read(cluster.var("KPLUG_ADMIN_KEY"))?,
         apiserver: SocketAddr::new(
-            cluster.var("KPLUG_APISERVER_HOST")?.parse()?,
-            cluster.var("KPLUG_APISERVER_PORT")?.parse()?,
+            cluster.var("KPLUG_APISERVER_HOST").parse()?,
+            cluster.var("KPLUG_APISERVER_PORT").parse()?,
         ),
     };
     let (lists, reconciles) = runtime.block_on(async {
@@ -168,9 +138,12 @@ fn main() -> Result<()> {
         let reconciles = reconcile_runs(&env, &warm).await?;
         anyhow::Ok((lists, reconciles))
     })?;
+    for (name, kplug) in [("warm", &warm), ("cold", &cold)] {
+        report_errors(name, kplug);
+    }
 
     let others = CpuUsage::now()?.others_since(&usage_before);
-    let apiserver_binary = PathBuf::from(cluster.var("KPLUG_APISERVER_BIN")?);
+    let apiserver_binary = PathBuf::from(cluster.var("KPLUG_APISERVER_BIN"));
     print_machine(
         &[
             ("kplug", &kplug_binary),
@@ -183,7 +156,7 @@ fn main() -> Result<()> {
     println!(
         "kube-apiserver {} and etcd from `hack/control-plane.sh` run on the same machine; they are \
          not children of the bench, so their CPU time counts as \"other processes\" above.\n",
-        cluster.var("KPLUG_APISERVER_VERSION")?
+        cluster.var("KPLUG_APISERVER_VERSION")
     );
     print_lists(&lists);
     print_reconciles(&reconciles);
@@ -193,298 +166,57 @@ fn main() -> Result<()> {
 // ---------------------------------------------------------------------------
 // Processes
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+/// `kplug-apiserver serve` with every auth cache TTL set to `cache_ttl`,
+/// waited for until it serves and trusts the front proxy.
+fn start_kplug(installation: &Installation, name: &str, cache_ttl: &str) -> AggregatedKplug {
+    let kplug = AggregatedKplug::serve(
+        installation,
+        &[
+            "--authentication-cache-ttl",
+            cache_ttl,
+            "--authorization-allowed-cache-ttl",
+            cache_ttl,
+            "--authorization-denied-cache-ttl",
+            cache_ttl,
+            "--log",
+            "info",
+        ],
+    );
+    kplug.log.wait_for(
+        STARTUP_TIMEOUT,
+        &format!("kplug ({name}) trusting the front-proxy CA"),
+        |line| {
+            line.contains("loaded kube-system/extension-apiserver-authentication")
+                && line.contains("front_proxy=true")
+        },
+    );
+    eprintln!(
+        "started kplug {name} (pid {}, cache TTLs {cache_ttl}): https {}, grpc {}",
+        kplug.pid(),
+        kplug.https,
+        kplug.grpc
+    );
+    kplug
 }
 
-/// A loopback port nothing listens on right now.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+/// The hello plugin heartbeating to `kplug` as `PLUGIN` every 5 s, quietly.
+fn hello_plugin(kplug: &AggregatedKplug, token: &Path) -> Process {
+    Process::spawn(
+        hello_plugin_command(kplug, PLUGIN, token)
+            .args(["--interval", "5"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "hello-plugin",
     )
 }
 
-/// Polls `check` every 250 ms until it succeeds or `within` passes.
-fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> Result<()>) -> Result<()> {
-    let deadline = Instant::now() + within;
-    loop {
-        match check() {
-            Ok(()) => return Ok(()),
-            Err(last) if Instant::now() > deadline => {
-                bail!("{what} not reached within {within:?}: {last:#}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+/// Echoes the errors kplug logged during the run (its log is only read here).
+fn report_errors(name: &str, kplug: &AggregatedKplug) {
+    for line in kplug.log.drain() {
+        if line.contains("ERROR") {
+            eprintln!("kplug {name}: {line}");
         }
     }
-}
-
-/// A child process, killed when dropped (also on a panic or an error).
-struct Process {
-    child: Child,
-    name: &'static str,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("stopped {} (pid {})", self.name, self.child.id());
-    }
-}
-
-/// etcd and kube-apiserver from `hack/control-plane.sh`, stopped on drop.
-struct ControlPlane {
-    dir: PathBuf,
-    env: HashMap<String, String>,
-}
-
-impl ControlPlane {
-    fn start(dir: PathBuf) -> Result<Self> {
-        // Own the directory before anything can fail, so Drop stops whatever started.
-        let mut cluster = Self {
-            dir,
-            env: HashMap::new(),
-        };
-        let status = Command::new(repo_root().join("hack/control-plane.sh"))
-            .arg("start")
-            .arg(&cluster.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .context("running hack/control-plane.sh")?;
-        ensure!(status.success(), "the control plane did not start");
-        cluster.env = std::fs::read_to_string(cluster.dir.join("env"))
-            .context("reading the control plane's env")?
-            .lines()
-            .filter_map(|l| {
-                let l = l.strip_prefix("export ").unwrap_or(l);
-                let (k, v) = l.split_once('=')?;
-                Some((
-                    k.to_owned(),
-                    v.trim_matches(|c| c == '"' || c == '\'').to_owned(),
-                ))
-            })
-            .collect();
-        Ok(cluster)
-    }
-
-    fn var(&self, name: &str) -> Result<String> {
-        self.env
-            .get(name)
-            .cloned()
-            .with_context(|| format!("{name} missing from the control plane's env"))
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Result<Output> {
-        Command::new(KUBECTL)
-            .arg("--kubeconfig")
-            .arg(self.var("KPLUG_KUBECONFIG")?)
-            .args(["--request-timeout", "20s"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("running kubectl")
-    }
-
-    fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
-        let output = self.kubectl(args)?;
-        ensure!(
-            output.status.success(),
-            "kubectl {args:?}: {}",
-            text(&output)
-        );
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    fn apply(&self, yaml: &str) -> Result<()> {
-        let file = self.dir.join(format!("apply-{}.yaml", free_port()?));
-        std::fs::write(&file, yaml)?;
-        self.kubectl_ok(&["apply", "-f", &file.to_string_lossy()])?;
-        Ok(())
-    }
-
-    /// A ServiceAccount token (1 h) from the TokenRequest API.
-    fn token(&self, namespace: &str, service_account: &str) -> Result<String> {
-        let request = self.dir.join("token-request.json");
-        std::fs::write(
-            &request,
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}).to_string(),
-        )?;
-        let path =
-            format!("/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token");
-        let answer: Value = serde_json::from_str(&self.kubectl_ok(&[
-            "create",
-            "--raw",
-            &path,
-            "-f",
-            &request.to_string_lossy(),
-        ])?)?;
-        answer["status"]["token"]
-            .as_str()
-            .map(str::to_owned)
-            .context("no token in the TokenRequest answer")
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        eprintln!("stopping the control plane");
-        let _ = Command::new(repo_root().join("hack/control-plane.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status();
-    }
-}
-
-/// `kplug-apiserver serve` in cluster mode.
-struct Kplug {
-    process: Process,
-    https: SocketAddr,
-    grpc: SocketAddr,
-}
-
-impl Kplug {
-    /// Starts kplug with every auth cache TTL set to `cache_ttl`, and waits
-    /// until it serves and trusts the front proxy.
-    fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        certs: &Path,
-        name: &'static str,
-        cache_ttl: &str,
-    ) -> Result<Self> {
-        let https = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let mut child = Command::new(binary)
-            .arg("serve")
-            .args(["--listen", &https.to_string()])
-            .args(["--grpc-listen", &grpc.to_string()])
-            .arg("--tls-cert-file")
-            .arg(certs.join("tls.crt"))
-            .arg("--tls-private-key-file")
-            .arg(certs.join("tls.key"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--authentication-cache-ttl", cache_ttl])
-            .args(["--authorization-allowed-cache-ttl", cache_ttl])
-            .args(["--authorization-denied-cache-ttl", cache_ttl])
-            .args(["--log", "info"])
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stderr = child.stderr.take().context("kplug's stderr")?;
-        let kplug = Self {
-            process: Process { child, name },
-            https,
-            grpc,
-        };
-        // Drain stderr for the whole run; report the two lines waited for.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let (mut serving, mut trusted) = (false, false);
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                serving |= line.contains("kplug is serving");
-                trusted |= line.contains("loaded kube-system/extension-apiserver-authentication")
-                    && line.contains("front_proxy=true");
-                if line.contains("ERROR") {
-                    eprintln!("kplug {name}: {line}");
-                }
-                if serving && trusted {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(STARTUP_TIMEOUT).with_context(|| {
-            format!(
-                "kplug ({name}) did not serve with the front-proxy CA within {STARTUP_TIMEOUT:?}"
-            )
-        })?;
-        eprintln!(
-            "started kplug {name} (pid {}, cache TTLs {cache_ttl}): https {https}, grpc {grpc}",
-            kplug.process.child.id()
-        );
-        Ok(kplug)
-    }
-
-    fn pid(&self) -> u32 {
-        self.process.child.id()
-    }
-}
-
-fn hello_plugin(binary: &Path, kplug: &Kplug, certs: &Path, token: &Path) -> Result<Process> {
-    let child = Command::new(binary)
-        .args([
-            "--registry",
-            &format!("https://localhost:{}", kplug.grpc.port()),
-        ])
-        .args(["--name", PLUGIN])
-        .args(["--address", &format!("127.0.0.1:{}", free_port()?)])
-        .args(["--interval", "5"])
-        .arg("--registry-ca-file")
-        .arg(certs.join("ca.crt"))
-        .arg("--token-file")
-        .arg(token)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting hello-plugin")?;
-    Ok(Process {
-        child,
-        name: "hello-plugin",
-    })
-}
-
-/// The shipped APIService, pointing through an ExternalName Service at
-/// kplug on localhost:`port`; waits until kube-apiserver proxies the group.
-fn register_apiservice(cluster: &ControlPlane, certs: &Path, port: u16) -> Result<()> {
-    cluster.kubectl_ok(&["-n", "kplug-system", "delete", "service", "kplug"])?;
-    cluster.apply(&format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: kplug, namespace: kplug-system}}\nspec:\n  type: ExternalName\n  externalName: localhost\n  ports:\n  - {{name: https, port: {port}}}\n"
-    ))?;
-    let rendered = Command::new(repo_root().join("apiservice/render.sh"))
-        .arg(certs.join("ca.crt"))
-        .args(["kplug", "kplug-system", &port.to_string()])
-        .output()
-        .context("apiservice/render.sh")?;
-    ensure!(rendered.status.success(), "{}", text(&rendered));
-    cluster.apply(&String::from_utf8_lossy(&rendered.stdout))?;
-    wait_until("APIService Available=True", CLUSTER_TIMEOUT, || {
-        let out = cluster.kubectl_ok(&[
-            "get",
-            "apiservice",
-            "v1alpha1.plugins.kplug.io",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-        ])?;
-        ensure!(out.trim() == "True", "Available={out}");
-        Ok(())
-    })?;
-    wait_until(
-        "the group served through kube-apiserver",
-        CLUSTER_TIMEOUT,
-        || {
-            cluster.kubectl_ok(&["get", "--raw", GROUP_VERSION])?;
-            Ok(())
-        },
-    )
 }
 
 // ---------------------------------------------------------------------------
@@ -503,7 +235,12 @@ struct Endpoints {
 
 impl Endpoints {
     /// Straight to kplug as the front proxy asserting `user` in `group`.
-    async fn front_proxy(&self, kplug: &Kplug, user: &str, group: &str) -> Result<ApiClient> {
+    async fn front_proxy(
+        &self,
+        kplug: &AggregatedKplug,
+        user: &str,
+        group: &str,
+    ) -> Result<ApiClient> {
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("x-remote-user"),
@@ -518,7 +255,8 @@ impl Endpoints {
             &self.front_proxy_cert,
             &self.front_proxy_key,
         )?;
-        ApiClient::connect_with(kplug.https, localhost()?, config, headers).await
+        let address = SocketAddr::from(([127, 0, 0, 1], kplug.https));
+        ApiClient::connect_with(address, localhost()?, config, headers).await
     }
 
     /// To kube-apiserver with the admin (system:masters) client certificate.
@@ -573,8 +311,8 @@ impl ListRun {
 
 async fn list_runs(
     env: &Endpoints,
-    warm: &Kplug,
-    cold: &Kplug,
+    warm: &AggregatedKplug,
+    cold: &AggregatedKplug,
     apiserver_pid: u32,
 ) -> Result<Vec<ListRun>> {
     let servers = [
@@ -728,7 +466,7 @@ fn object_of_size(bytes: usize) -> Result<Value> {
     Ok(object)
 }
 
-async fn reconcile_runs(env: &Endpoints, warm: &Kplug) -> Result<ReconcileRuns> {
+async fn reconcile_runs(env: &Endpoints, warm: &AggregatedKplug) -> Result<ReconcileRuns> {
     let body = Bytes::from(serde_json::to_vec(&json!({
         "apiVersion": "plugins.kplug.io/v1alpha1",
         "kind": "Reconcile",

@@ -93,15 +93,15 @@ fn main() -> Result<()> {
     let usage_before = CpuUsage::now()?;
 
     let (lists, memory) = {
-        let server = Server::start(&binary, SERVER_FLAGS)?;
+        let server = Server::start(SERVER_FLAGS);
         runtime.block_on(lists_and_memory(&server))?
     };
     let steady = {
-        let server = Server::start(&binary, SERVER_FLAGS)?;
+        let server = Server::start(SERVER_FLAGS);
         runtime.block_on(unchanged_heartbeats(&server))?
     };
     let first = {
-        let server = Server::start(&binary, SERVER_FLAGS)?;
+        let server = Server::start(SERVER_FLAGS);
         runtime.block_on(first_registrations(&server))?
     };
 
@@ -115,7 +115,7 @@ fn main() -> Result<()> {
 
 /// `target/<profile>/kplug-apiserver`, next to this bench's `deps/` directory.
 fn server_binary() -> Result<PathBuf> {
-    support::release_binary(
+    kplug_test_support::target_binary(
         "kplug-apiserver",
         "cargo build --release -p kplug-apiserver",
     )

@@ -29,9 +29,9 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +41,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use kplug_proto::v1alpha1::ReconcileRequest;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
+use kplug_test_support::{Process, free_port, target_binary};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -123,8 +124,8 @@ const TARGET_SMALL_PER_SECOND: f64 = 5_000.0;
 const OBJECT_NAME: &str = "bench-object";
 
 fn main() -> Result<()> {
-    let server_binary = support::release_binary("kplug-apiserver", BUILD)?;
-    let plugin_binary = support::release_binary("hello-plugin", BUILD)?;
+    let server_binary = target_binary("kplug-apiserver", BUILD)?;
+    let plugin_binary = target_binary("hello-plugin", BUILD)?;
     let payloads = PAYLOADS
         .iter()
         .map(Payload::new)
@@ -136,9 +137,9 @@ fn main() -> Result<()> {
     let usage_before = CpuUsage::now()?;
 
     let report = {
-        let server = Server::start(&server_binary, SERVER_FLAGS)?;
+        let server = Server::start(SERVER_FLAGS);
         // Declared after the server, so it is killed first.
-        let plugin = PluginProcess::start(&plugin_binary, &server)?;
+        let plugin = PluginProcess::start(&plugin_binary, &server);
         runtime.block_on(run(&server, &plugin, payloads))?
     };
 
@@ -158,13 +159,13 @@ fn main() -> Result<()> {
 /// A running `hello-plugin`, registered with kplug as `bench`; killed when
 /// dropped.
 struct PluginProcess {
-    child: Child,
+    process: Process,
     address: SocketAddr,
 }
 
 impl PluginProcess {
-    fn start(binary: &Path, server: &Server) -> Result<Self> {
-        let address = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    fn start(binary: &Path, server: &Server) -> Self {
+        let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut command = Command::new(binary);
         // Settings come from the flags only.
         for (key, _) in std::env::vars_os() {
@@ -172,46 +173,34 @@ impl PluginProcess {
                 command.env_remove(key);
             }
         }
-        let child = command
-            .args(["--registry", &format!("http://{}", server.grpc)])
-            .args(["--name", PLUGIN_NAME])
-            .args(["--address", &address.to_string()])
-            .args(["--interval", PLUGIN_INTERVAL_SECONDS])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let plugin = Self { child, address };
+        let process = Process::spawn(
+            command
+                .args(["--registry", &format!("http://{}", server.grpc)])
+                .args(["--name", PLUGIN_NAME])
+                .args(["--address", &address.to_string()])
+                .args(["--interval", PLUGIN_INTERVAL_SECONDS])
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+            "hello-plugin",
+        );
+        let plugin = Self { process, address };
         eprintln!(
             "started hello-plugin (pid {}) on {}",
             plugin.pid(),
             plugin.address
         );
-        Ok(plugin)
+        plugin
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     fn cpu_time(&self) -> Result<Duration> {
         process_cpu_time(self.pid())
     }
-}
-
-impl Drop for PluginProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 // ---------------------------------------------------------------------------

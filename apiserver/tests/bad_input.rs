@@ -1,11 +1,9 @@
 //! Bad input gets a precise Kubernetes Status (or gRPC status), never a
 //! panic or a hang, and leaves the registry as it was.
 
-mod common;
-
-use common::Kplug;
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi, Protocol};
+use kplug_test_support::StandaloneKplug;
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 
@@ -14,7 +12,7 @@ fn status(body: &str) -> serde_json::Value {
 }
 
 fn assert_status(
-    kplug: &Kplug,
+    kplug: &StandaloneKplug,
     method: &str,
     path: &str,
     headers: &[&str],
@@ -56,7 +54,7 @@ fn heartbeat(name: &str, address: &str) -> HeartbeatRequest {
 
 #[test]
 fn http_errors_are_statuses_with_the_right_code_and_reason() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     assert_status(
         &kplug,
         "GET",
@@ -222,7 +220,7 @@ fn http_errors_are_statuses_with_the_right_code_and_reason() {
 
 #[test]
 fn requests_without_a_client_certificate_are_unauthorized_but_probes_pass() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (code, body) = kplug.curl_as(None, "GET", PLUGINS, &[], None);
     assert_eq!(code, 401, "{body}");
     assert_eq!(status(&body)["reason"], "Unauthorized");
@@ -234,7 +232,7 @@ fn requests_without_a_client_certificate_are_unauthorized_but_probes_pass() {
 
 #[test]
 fn a_watch_from_a_compacted_resource_version_gets_an_expired_error_event() {
-    let kplug = Kplug::start_with(&["--watch-history", "2"]);
+    let kplug = StandaloneKplug::start_with(&["--watch-history", "2"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let mut client = RegistryClient::connect(kplug.grpc.clone())
@@ -285,7 +283,7 @@ fn a_watch_from_a_compacted_resource_version_gets_an_expired_error_event() {
 
 #[test]
 fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let mut client = RegistryClient::connect(kplug.grpc.clone())

@@ -2,18 +2,12 @@
 //! plugin (Python) and the MariaDB plugin (Rust) against real databases,
 //! driven with kubectl, checked with the databases' own catalogs.
 
-mod common;
-
-// The MariaDB plugin's tests already know how to run a private server.
-#[path = "../../examples/database-table/mariadb-plugin/tests/support/mariadb.rs"]
-#[allow(dead_code)] // this test needs only part of it
-mod mariadb;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::postgres::{Postgres, venv_python};
-use common::{Kplug, Process, free_port, workspace_binary};
+use kplug_test_support::mariadb;
+use kplug_test_support::postgres::{Postgres, venv_python};
+use kplug_test_support::{Process, StandaloneKplug, free_port, workspace_binary};
 use serde_json::{Value, json};
 
 const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
@@ -44,7 +38,7 @@ fn mariadb_query(sql: &str) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
-fn start_pg_plugin(kplug: &Kplug, dsn: &str, listen: &str) -> Process {
+fn start_pg_plugin(kplug: &StandaloneKplug, dsn: &str, listen: &str) -> Process {
     let child = Command::new(venv_python())
         .args([
             "-m",
@@ -68,7 +62,7 @@ fn start_pg_plugin(kplug: &Kplug, dsn: &str, listen: &str) -> Process {
     }
 }
 
-fn start_mariadb_plugin(kplug: &Kplug) -> Process {
+fn start_mariadb_plugin(kplug: &StandaloneKplug) -> Process {
     let child = Command::new(workspace_binary("mariadb-plugin"))
         .args([
             "--registry",
@@ -121,7 +115,7 @@ fn extensions(name: &str, engine: &str) -> Value {
 
 /// `kubectl create -f` a Reconcile for the databasetables API.
 fn reconcile(
-    kplug: &Kplug,
+    kplug: &StandaloneKplug,
     preferred: &str,
     operation: &str,
     object: &Value,
@@ -173,7 +167,7 @@ fn mariadb_columns(table: &str) -> String {
 #[test]
 fn the_walkthrough_reconciles_real_tables_in_postgresql_and_mariadb() {
     let pg = Postgres::start();
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let pg_listen = format!("127.0.0.1:{}", free_port());
     let mut pg_plugin = start_pg_plugin(&kplug, &pg.dsn, &pg_listen);
     let _maria_plugin = start_mariadb_plugin(&kplug);

@@ -1,11 +1,9 @@
 //! A second real client: kube-rs reads and watches the same API.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Kplug;
 use futures::{StreamExt, TryStreamExt};
+use kplug_test_support::StandaloneKplug;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -20,7 +18,7 @@ fn plugins_resource() -> ApiResource {
     }
 }
 
-async fn client(kplug: &Kplug) -> Client {
+async fn client(kplug: &StandaloneKplug) -> Client {
     let kubeconfig = Kubeconfig::read_from(&kplug.kubeconfig).expect("read kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -30,7 +28,7 @@ async fn client(kplug: &Kplug) -> Client {
 
 #[tokio::test]
 async fn kube_rs_lists_and_watches_plugins() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let api: Api<DynamicObject> = Api::all_with(client(&kplug).await, &plugins_resource());
 
     let empty = api.list(&ListParams::default()).await.expect("list");

@@ -1,10 +1,8 @@
 //! kubectl against a real standalone kplug with real plugin processes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Kplug, kubectls};
+use kplug_test_support::{StandaloneKplug, free_port, kubectls};
 
 fn ready(object: &serde_json::Value) -> bool {
     object["status"]["conditions"].as_array().is_some_and(|c| {
@@ -15,8 +13,8 @@ fn ready(object: &serde_json::Value) -> bool {
 
 #[test]
 fn get_shows_a_table_with_the_documented_columns() {
-    let kplug = Kplug::start();
-    let address = format!("127.0.0.1:{}", common::free_port());
+    let kplug = StandaloneKplug::start();
+    let address = format!("127.0.0.1:{}", free_port());
     let _plugin = kplug.plugin(
         "database-table-postgresql-plugin",
         &[
@@ -93,8 +91,8 @@ fn get_shows_a_table_with_the_documented_columns() {
 
 #[test]
 fn yaml_json_and_describe_show_spec_and_status() {
-    let kplug = Kplug::start();
-    let address = format!("127.0.0.1:{}", common::free_port());
+    let kplug = StandaloneKplug::start();
+    let address = format!("127.0.0.1:{}", free_port());
     let _plugin = kplug.plugin("hello", &["--label", "tier=demo", "--address", &address]);
     kplug.wait_for_plugin("hello", ready);
 
@@ -147,7 +145,7 @@ fn yaml_json_and_describe_show_spec_and_status() {
 
 #[test]
 fn every_kubectl_version_discovers_gets_and_explains() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let _plugin = kplug.plugin("hello", &[]);
     kplug.wait_for_plugin("hello", ready);
     for kubectl in kubectls() {
@@ -192,7 +190,7 @@ fn every_kubectl_version_discovers_gets_and_explains() {
 
 #[test]
 fn selectors_filter_and_bad_selectors_are_rejected() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let _a = kplug.plugin("alpha", &["--label", "tier=a"]);
     let _b = kplug.plugin("beta", &["--label", "tier=b"]);
     kplug.wait_for_plugin("alpha", ready);
@@ -239,7 +237,7 @@ fn selectors_filter_and_bad_selectors_are_rejected() {
 
 #[test]
 fn watch_sees_a_plugin_added_and_deleted_after_its_ttl() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (_watch, lines) = kplug.kubectl_spawn(&["get", "plugins", "-w", "--output-watch-events"]);
     // Give the watch time to start before the plugin appears.
     std::thread::sleep(Duration::from_millis(500));
@@ -257,7 +255,7 @@ fn watch_sees_a_plugin_added_and_deleted_after_its_ttl() {
 
 #[test]
 fn a_gracefully_stopped_plugin_deregisters_at_once() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let mut plugin = kplug.plugin("graceful", &["--interval", "60"]);
     kplug.wait_for_plugin("graceful", ready);
     assert!(
@@ -270,7 +268,7 @@ fn a_gracefully_stopped_plugin_deregisters_at_once() {
 
 #[test]
 fn delete_evicts_and_a_live_plugin_returns_as_a_new_object() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let _plugin = kplug.plugin("comeback", &[]);
     let before = kplug.wait_for_plugin("comeback", ready);
     let out = kplug.kubectl_ok(&["delete", "plugin", "comeback"]);
@@ -291,13 +289,13 @@ fn delete_evicts_and_a_live_plugin_returns_as_a_new_object() {
 
 #[test]
 fn restart_keeps_the_ca_so_the_kubeconfig_stays_valid() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let kubeconfig = std::fs::read_to_string(&kplug.kubeconfig).expect("kubeconfig");
-    let Kplug {
+    let StandaloneKplug {
         mut process, state, ..
     } = kplug;
     process.kill();
-    let again = Kplug::start_in(state, &[]);
+    let again = StandaloneKplug::start_in(state, &[]);
     std::fs::write(
         &again.kubeconfig,
         kubeconfig.replace(

@@ -1,12 +1,10 @@
 //! Reconcile delegation through kplug to real plugin processes: the
 //! subresource, server-side selection, and every failure kind.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{Kplug, free_port};
+use kplug_test_support::{Process, StandaloneKplug, free_port};
 use serde_json::{Value, json};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -29,7 +27,7 @@ fn request(spec: Value) -> String {
         .to_string()
 }
 
-fn write_temp(kplug: &Kplug, name: &str, contents: &str) -> String {
+fn write_temp(kplug: &StandaloneKplug, name: &str, contents: &str) -> String {
     let path = kplug.state.path().join(name);
     let mut file = std::fs::File::create(&path).expect("create request file");
     file.write_all(contents.as_bytes())
@@ -37,7 +35,7 @@ fn write_temp(kplug: &Kplug, name: &str, contents: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn post(kplug: &Kplug, path: &str, body: &str) -> (u16, Value) {
+fn post(kplug: &StandaloneKplug, path: &str, body: &str) -> (u16, Value) {
     let (code, text) = kplug.curl(
         "POST",
         path,
@@ -49,7 +47,7 @@ fn post(kplug: &Kplug, path: &str, body: &str) -> (u16, Value) {
 }
 
 /// Starts a hello plugin on a free port and waits until it is Ready.
-fn hello(kplug: &Kplug, name: &str, extra: &[&str]) -> (common::Process, String) {
+fn hello(kplug: &StandaloneKplug, name: &str, extra: &[&str]) -> (Process, String) {
     let address = format!("127.0.0.1:{}", free_port());
     let mut args = vec!["--address", address.as_str()];
     args.extend_from_slice(extra);
@@ -60,7 +58,7 @@ fn hello(kplug: &Kplug, name: &str, extra: &[&str]) -> (common::Process, String)
 
 #[test]
 fn kubectl_create_raw_delegates_to_the_named_plugin() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (_plugin, _) = hello(&kplug, "hello", &[]);
     let file = write_temp(
         &kplug,
@@ -136,7 +134,7 @@ fn kubectl_create_raw_delegates_to_the_named_plugin() {
 
 #[test]
 fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (_hello, _) = hello(
         &kplug,
         "hello",
@@ -193,7 +191,7 @@ fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
 
 #[test]
 fn malformed_requests_are_rejected_before_any_plugin_is_called() {
-    let kplug = Kplug::start_with(&["--max-request-bytes", "4096"]);
+    let kplug = StandaloneKplug::start_with(&["--max-request-bytes", "4096"]);
     let (_plugin, _) = hello(&kplug, "hello", &[]);
     let path = format!("{PLUGINS}/hello/reconcile");
 
@@ -324,7 +322,7 @@ fn malformed_requests_are_rejected_before_any_plugin_is_called() {
 
 #[test]
 fn a_slow_plugin_gets_a_timeout_and_a_busy_one_too_many_requests() {
-    let kplug = Kplug::start_with(&["--max-inflight-per-plugin", "1"]);
+    let kplug = StandaloneKplug::start_with(&["--max-inflight-per-plugin", "1"]);
     let (_plugin, _) = hello(&kplug, "slow", &["--delay-ms", "3000"]);
     let path = format!("{PLUGINS}/slow/reconcile");
     let started = Instant::now();
@@ -374,7 +372,7 @@ fn a_slow_plugin_gets_a_timeout_and_a_busy_one_too_many_requests() {
 
 #[test]
 fn a_plugin_killed_mid_call_gives_503_and_recovers_when_it_returns() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (mut plugin, address) = hello(&kplug, "fragile", &["--delay-ms", "5000"]);
     let path = format!("{PLUGINS}/fragile/reconcile");
     std::thread::scope(|scope| {
@@ -412,7 +410,7 @@ fn a_plugin_killed_mid_call_gives_503_and_recovers_when_it_returns() {
 
 #[test]
 fn a_late_plugin_is_not_ready_and_gets_503() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     let (mut plugin, _) = hello(&kplug, "late", &[]);
     plugin.kill();
     kplug.wait_for_plugin("late", |p| !ready(p));

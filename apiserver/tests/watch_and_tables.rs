@@ -1,11 +1,9 @@
 //! Watch semantics (bookmarks, initial events, selectors) and server-side
 //! tables, read with curl so every field of the wire format is visible.
 
-mod common;
-
-use common::Kplug;
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi};
+use kplug_test_support::StandaloneKplug;
 use serde_json::Value;
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -31,7 +29,7 @@ fn heartbeat(name: &str, tier: &str) -> HeartbeatRequest {
     }
 }
 
-fn send(kplug: &Kplug, requests: Vec<HeartbeatRequest>) {
+fn send(kplug: &StandaloneKplug, requests: Vec<HeartbeatRequest>) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let mut client = RegistryClient::connect(kplug.grpc.clone())
@@ -69,7 +67,7 @@ fn summary(events: &[Value]) -> Vec<String> {
 
 #[test]
 fn bookmarks_and_initial_events_end() {
-    let kplug = Kplug::start_with(&["--watch-bookmark-interval", "500ms"]);
+    let kplug = StandaloneKplug::start_with(&["--watch-bookmark-interval", "500ms"]);
     send(&kplug, vec![heartbeat("a", "x"), heartbeat("b", "x")]);
     let (code, body) = kplug.curl(
         "GET",
@@ -108,7 +106,7 @@ fn bookmarks_and_initial_events_end() {
 
 #[test]
 fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     send(
         &kplug,
         vec![heartbeat("mover", "a"), heartbeat("stayer", "b")],
@@ -139,7 +137,7 @@ fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
 
 #[test]
 fn tables_honour_include_object_and_watch_rows() {
-    let kplug = Kplug::start();
+    let kplug = StandaloneKplug::start();
     send(&kplug, vec![heartbeat("t", "x")]);
     let table = |query: &str| -> Value {
         let (code, body) = kplug.curl("GET", &format!("{PLUGINS}{query}"), &[TABLE], None);

@@ -1,26 +1,23 @@
-//! What the bench binaries share: the `kplug-apiserver` process and its
-//! admin HTTPS client, CPU and memory accounting from `/proc`, latency
-//! statistics and the Markdown helpers of the reports.
+//! What the bench binaries share beyond `kplug-test-support` (which runs
+//! the processes): the standalone server as measured, the admin HTTPS
+//! client, CPU and memory accounting from `/proc`, latency statistics and
+//! the Markdown helpers of the reports.
 //!
 //! Each bench compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use kplug_test_support::StandaloneKplug;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -34,71 +31,32 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const TICKS_PER_SECOND: u64 = 100;
 
 // ---------------------------------------------------------------------------
-// Processes
+// The server
 
-/// `target/<profile>/<name>`, next to the bench's `deps/` directory;
-/// `build` is the command that makes it, for the error message.
-pub fn release_binary(name: &str, build: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating the bench executable")?;
-    let profile_dir = exe
-        .ancestors()
-        .find(|dir| dir.join("deps").is_dir())
-        .context("the bench executable is not inside a cargo target profile directory")?;
-    let binary = profile_dir.join(name);
-    ensure!(
-        binary.exists(),
-        "{} is missing: run `{build}` first",
-        binary.display()
-    );
-    Ok(binary)
-}
-
-/// A running `kplug-apiserver standalone`; killed when dropped, so a failed
-/// or panicking run leaves no process behind.
+/// `kplug-apiserver standalone` (from `kplug-test-support`, killed when
+/// dropped) as the benches measure it: its addresses, CPU and memory.
 pub struct Server {
-    child: Child,
-    pub state: tempfile::TempDir,
+    pub kplug: StandaloneKplug,
     pub api: SocketAddr,
     pub grpc: SocketAddr,
 }
 
 impl Server {
     /// Starts the server on 127.0.0.1 with a fresh state directory and
-    /// `flags`, and waits for its serving banner.
-    pub fn start(binary: &Path, flags: &[&str]) -> Result<Self> {
-        let state = tempfile::tempdir().context("creating a state directory")?;
-        let mut child = Command::new(binary)
-            .args(["standalone", "--state-dir"])
-            .arg(state.path())
-            .args(["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
-            .args(flags)
-            .env("KPLUG_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stdout = child.stdout.take().context("the server's stdout")?;
-        // Own the child before anything can fail, so Drop kills it.
-        let mut server = Self {
-            child,
-            state,
-            api: SocketAddr::from(([127, 0, 0, 1], 0)),
-            grpc: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let banner = wait_for_banner(stdout)?;
-        (server.api, server.grpc) = parse_banner(&banner)?;
+    /// `flags`, logging at `info` only (the tests' debug logging would be
+    /// measured too), and waits for its serving banner.
+    pub fn start(flags: &[&str]) -> Self {
+        let kplug = StandaloneKplug::start_with(&[&["--log", "info"], flags].concat());
+        let (api, grpc) = (kplug.api_address(), kplug.grpc_address());
         eprintln!(
-            "started kplug-apiserver (pid {}): api {}, grpc {}",
-            server.child.id(),
-            server.api,
-            server.grpc
+            "started kplug-apiserver (pid {}): api {api}, grpc {grpc}",
+            kplug.pid()
         );
-        Ok(server)
+        Self { kplug, api, grpc }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.kplug.pid()
     }
 
     /// Resident memory now, in KiB.
@@ -114,51 +72,6 @@ impl Server {
     pub fn cpu_time(&self) -> Result<Duration> {
         process_cpu_time(self.pid())
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Reads the server's stdout on a thread until the serving banner, then keeps
-/// draining it so the server never blocks on a full pipe.
-fn wait_for_banner(stdout: std::process::ChildStdout) -> Result<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.starts_with("kplug is serving") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    rx.recv_timeout(STARTUP_TIMEOUT)
-        .with_context(|| format!("the server printed no serving banner within {STARTUP_TIMEOUT:?}"))
-}
-
-/// `kplug is serving plugins.kplug.io on https://ADDR (heartbeats: grpc://ADDR)`
-fn parse_banner(banner: &str) -> Result<(SocketAddr, SocketAddr)> {
-    let address = |scheme: &str| -> Result<SocketAddr> {
-        let rest = banner
-            .split(scheme)
-            .nth(1)
-            .with_context(|| format!("no {scheme} address in the banner {banner:?}"))?;
-        let text = rest
-            .split(|c: char| c.is_whitespace() || c == ')')
-            .next()
-            .unwrap_or_default();
-        let address: SocketAddr = text
-            .parse()
-            .with_context(|| format!("bad {scheme} address {text:?} in the banner"))?;
-        ensure!(
-            address.ip().is_loopback(),
-            "{address} is not a loopback address"
-        );
-        Ok(address)
-    };
-    Ok((address("https://")?, address("grpc://")?))
 }
 
 pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
@@ -292,7 +205,7 @@ impl ApiClient {
         Self::connect_with(
             server.api,
             ServerName::IpAddress(server.api.ip().into()),
-            admin_tls_config(server.state.path())?,
+            admin_tls_config(&server.kplug)?,
             http::HeaderMap::new(),
         )
         .await
@@ -407,43 +320,11 @@ impl ApiClient {
 
 /// rustls client config trusting the server's CA and presenting the admin
 /// certificate from the kubeconfig that standalone mode wrote.
-fn admin_tls_config(state: &Path) -> Result<rustls::ClientConfig> {
-    let ca_path = state.join("ca.crt");
+fn admin_tls_config(kplug: &StandaloneKplug) -> Result<rustls::ClientConfig> {
+    let ca_path = kplug.state.path().join("ca.crt");
     let ca = std::fs::read(&ca_path).with_context(|| format!("reading {}", ca_path.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca.as_slice()) {
-        roots.add(cert.context("parsing ca.crt")?)?;
-    }
-    let kubeconfig_path = state.join("kubeconfig");
-    let kubeconfig = std::fs::read_to_string(&kubeconfig_path)
-        .with_context(|| format!("reading {}", kubeconfig_path.display()))?;
-    let cert_pem = kubeconfig_field(&kubeconfig, "client-certificate-data")?;
-    let key_pem = kubeconfig_field(&kubeconfig, "client-key-data")?;
-    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut cert_pem.as_slice())
-        .collect::<Result<_, _>>()
-        .context("parsing the admin certificate")?;
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key_pem.as_slice())
-        .context("parsing the admin key")?
-        .context("no private key in the kubeconfig")?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .context("the admin client certificate")?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
-}
-
-/// The base64-decoded value of `field:` in a kubeconfig.
-fn kubeconfig_field(kubeconfig: &str, field: &str) -> Result<Vec<u8>> {
-    let value = kubeconfig
-        .lines()
-        .find_map(|line| line.trim().strip_prefix(field)?.strip_prefix(':'))
-        .with_context(|| format!("no {field} in the kubeconfig"))?;
-    STANDARD
-        .decode(value.trim())
-        .with_context(|| format!("{field} is not base64"))
+    let (cert, key) = kplug.admin_pem();
+    tls_config(&ca, &cert, &key)
 }
 
 /// rustls client config (ALPN h2) trusting the CA in `ca_pem` and

@@ -13,6 +13,7 @@ use kplug_sdk::proto::v1alpha1::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, PROTOCOL_VERSION,
 };
 use kplug_sdk::{ApiRef, Error, Heartbeater, PluginInfo, Status};
+use kplug_test_support::free_port;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -325,8 +326,8 @@ async fn reports_failures_in_status() {
 
 #[tokio::test]
 async fn reconnects_when_the_registry_comes_up_late() {
-    // Reserve a port, then free it so the first dials are refused.
-    let addr = listener().await.local_addr().unwrap();
+    // A port nothing listens on yet, so the first dials are refused.
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let mut client =
         Client::start(Heartbeater::new(url(addr), info()).interval(Duration::from_secs(10)));
     let status = client.wait_status(|s| s.consecutive_failures >= 2).await;

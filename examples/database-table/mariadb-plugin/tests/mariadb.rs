@@ -4,18 +4,16 @@
 //!
 //! Tests share one server and use distinct table names.
 
-mod support;
-
 use std::time::Duration;
 
 use kplug_sdk::proto::v1alpha1::plugin_client::PluginClient;
 use kplug_sdk::proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
 use kplug_sdk::{Config, Server};
+use kplug_test_support::mariadb::{self, MariaDb};
 use mariadb_plugin::MariaDbPlugin;
 use mariadb_plugin::mariadb::{Server as DbServer, Servers};
 use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
-use support::mariadb::{self, MariaDb};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 

@@ -8,11 +8,12 @@
 //! reason, so no test is skipped silently.
 
 use std::io::ErrorKind;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::process::free_port;
 
 /// The database tests create their tables in.
 pub const DATABASE: &str = "kplug_test";
@@ -92,7 +93,7 @@ fn start() -> Result<MariaDb, String> {
         .args(user_flag);
     run(&mut install).map_err(|e| format!("mariadb-install-db failed: {e}"))?;
 
-    let port = free_port()?;
+    let port = free_port();
     let mut server = Command::new(&mariadbd)
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
@@ -208,13 +209,6 @@ fn run(command: &mut Command) -> Result<String, String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
-}
-
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .map_err(|e| format!("no free port: {e}"))
 }
 
 /// The last lines of a log, for error messages.

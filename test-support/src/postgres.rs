@@ -3,15 +3,18 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use super::free_port;
+use crate::process::free_port;
+use crate::workspace::repo_root;
 
 /// A private PostgreSQL from `hack/postgres.sh`, stopped on drop.
 pub struct Postgres {
     dir: PathBuf,
+    /// A libpq connection string for the test database.
     pub dsn: String,
 }
 
 impl Postgres {
+    /// Starts a server with a fresh data directory; `dsn` reaches it.
     pub fn start() -> Self {
         // Under /tmp and world-readable: as root the server runs as nobody.
         let dir = std::env::temp_dir().join(format!(
@@ -19,7 +22,7 @@ impl Postgres {
             std::process::id(),
             free_port()
         ));
-        let output = Command::new(super::repo_root().join("hack/postgres.sh"))
+        let output = Command::new(repo_root().join("hack/postgres.sh"))
             .arg("start")
             .arg(&dir)
             .stderr(Stdio::inherit())
@@ -47,7 +50,7 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = Command::new(super::repo_root().join("hack/postgres.sh"))
+        let _ = Command::new(repo_root().join("hack/postgres.sh"))
             .arg("stop")
             .arg(&self.dir)
             .status();

@@ -1,3 +1,0 @@
-//! Helpers shared by this crate's integration tests.
-
-pub mod mariadb;

@@ -1,0 +1,31 @@
+//! The one harness kplug's integration tests and benches share: real
+//! processes (the workspace's binaries, kubectl, curl, openssl), a real
+//! control plane from `hack/control-plane.sh`, kplug in standalone and in
+//! cluster mode, plugins, and private PostgreSQL and MariaDB servers.
+//!
+//! Tests want a failure to stop them with a clear message, so everything
+//! here panics, naming what failed and, where it helps, how to fix it (for
+//! example which setup script to run). Whatever starts a process returns a
+//! value that stops it on drop, so neither a failing test nor a bench that
+//! returns an error leaves processes behind.
+
+mod control_plane;
+mod credentials;
+mod curl;
+mod kplug;
+mod kubectl;
+pub mod mariadb;
+mod plugins;
+pub mod postgres;
+mod process;
+mod standalone;
+mod workspace;
+
+pub use control_plane::ControlPlane;
+pub use credentials::{client_cert, expired_token};
+pub use kplug::{AggregatedKplug, Installation};
+pub use kubectl::{KUBECTL, kubectls};
+pub use plugins::{hello_plugin, hello_plugin_command, plugin_identity};
+pub use process::{Lines, Process, free_port, output_text, wait_until};
+pub use standalone::StandaloneKplug;
+pub use workspace::{repo_root, target_binary, workspace_binary};

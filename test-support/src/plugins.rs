@@ -1,0 +1,60 @@
+//! Plugins of an [`AggregatedKplug`]: their Kubernetes identity and the
+//! hello plugin (examples/hello-rust) heartbeating with it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::control_plane::ControlPlane;
+use crate::kplug::AggregatedKplug;
+use crate::process::{Process, free_port};
+use crate::workspace::workspace_binary;
+
+/// A plugin's identity as a chart would make it: the ServiceAccount
+/// `plugins/NAME`, allowed to heartbeat as the plugin `heartbeat_as` only
+/// (`None`: no role at all), and a token of it in `dir/NAME.token`, whose
+/// path this returns. The namespace `plugins` must exist.
+pub fn plugin_identity(
+    cluster: &ControlPlane,
+    name: &str,
+    heartbeat_as: Option<&str>,
+    dir: &Path,
+) -> PathBuf {
+    cluster.service_account_with_role(name, heartbeat_as);
+    let token_file = dir.join(format!("{name}.token"));
+    std::fs::write(&token_file, cluster.token("plugins", name))
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", token_file.display()));
+    token_file
+}
+
+/// The hello plugin's command line to heartbeat to `kplug` over TLS as
+/// `name` with the token in `token_file`, serving on a free port; add the
+/// interval and where its output goes.
+pub fn hello_plugin_command(kplug: &AggregatedKplug, name: &str, token_file: &Path) -> Command {
+    let mut command = Command::new(workspace_binary("hello-plugin"));
+    command
+        .args([
+            "--registry",
+            &format!("https://localhost:{}", kplug.grpc),
+            "--name",
+            name,
+        ])
+        .args(["--address", &format!("127.0.0.1:{}", free_port())])
+        .arg("--registry-ca-file")
+        .arg(kplug.certs.join("ca.crt"))
+        .arg("--token-file")
+        .arg(token_file)
+        .stdin(Stdio::null());
+    command
+}
+
+/// The hello plugin heartbeating to `kplug` every second as `name` with the
+/// token in `token_file`, logging to stderr.
+pub fn hello_plugin(kplug: &AggregatedKplug, name: &str, token_file: &Path) -> Process {
+    Process::spawn(
+        hello_plugin_command(kplug, name, token_file)
+            .args(["--interval", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit()),
+        name,
+    )
+}

@@ -1,0 +1,259 @@
+//! kplug in standalone mode (`kplug-apiserver standalone`): its own CA,
+//! admin certificate and kubeconfig in a private state directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::curl::Curl;
+use crate::kubectl::{self, KUBECTL};
+use crate::process::{Lines, Process, free_port};
+use crate::workspace::workspace_binary;
+
+/// A running standalone kplug on 127.0.0.1, killed on drop.
+pub struct StandaloneKplug {
+    pub process: Process,
+    /// The state directory (CA, certificates, kubeconfig), kept across
+    /// restarts with [`StandaloneKplug::start_in`].
+    pub state: tempfile::TempDir,
+    /// `https://127.0.0.1:PORT`
+    pub api: String,
+    /// `http://127.0.0.1:PORT`, for plugins.
+    pub grpc: String,
+    /// The admin kubeconfig kplug wrote.
+    pub kubeconfig: PathBuf,
+    /// kplug's stdout: the serving banner.
+    pub stdout: Lines,
+}
+
+impl StandaloneKplug {
+    /// Starts kplug with a fresh state directory and the default settings.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts kplug with a fresh state directory and `extra` flags.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        Self::start_in(state, extra)
+    }
+
+    /// Starts kplug with its state in `state` (reused across restarts) and
+    /// `extra` flags, logging `info,kplug_apiserver=debug` to stderr unless
+    /// `extra` has `--log`; waits for the serving banner.
+    pub fn start_in(state: tempfile::TempDir, extra: &[&str]) -> Self {
+        let (process, stdout) = Process::spawn_with_stdout(
+            Command::new(workspace_binary("kplug-apiserver"))
+                .args(["standalone", "--state-dir"])
+                .arg(state.path())
+                .args(["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
+                .args(extra)
+                .env("KPLUG_LOG", "info,kplug_apiserver=debug")
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit()),
+            "kplug-apiserver standalone",
+        );
+        let banner = stdout.wait_for(Duration::from_secs(30), "the serving banner", |l| {
+            l.starts_with("kplug is serving")
+        });
+        let api = banner
+            .split_whitespace()
+            .find(|w| w.starts_with("https://"))
+            .unwrap_or_else(|| panic!("no API URL in the banner {banner:?}"))
+            .to_owned();
+        let grpc = banner
+            .split("grpc://")
+            .nth(1)
+            .map(|rest| format!("http://{}", rest.trim_end_matches(')')))
+            .unwrap_or_else(|| panic!("no gRPC address in the banner {banner:?}"));
+        let kubeconfig = state.path().join("kubeconfig");
+        Self {
+            process,
+            state,
+            api,
+            grpc,
+            kubeconfig,
+            stdout,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// The API's address, from [`StandaloneKplug::api`].
+    pub fn api_address(&self) -> SocketAddr {
+        socket_address(&self.api, "https://")
+    }
+
+    /// The gRPC address, from [`StandaloneKplug::grpc`].
+    pub fn grpc_address(&self) -> SocketAddr {
+        socket_address(&self.grpc, "http://")
+    }
+
+    /// Runs `kubectl` (the default one) with this kplug's kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with(Path::new(KUBECTL), args)
+    }
+
+    /// Runs the given kubectl (see [`crate::kubectls`]) with this kplug's
+    /// kubeconfig.
+    pub fn kubectl_with(&self, kubectl: &Path, args: &[&str]) -> Output {
+        kubectl::run(kubectl, &self.kubeconfig, args)
+    }
+
+    /// Runs kubectl and returns stdout, failing the test on a non-zero exit.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        kubectl::run_ok(&self.kubeconfig, args)
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn kubectl_err(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(
+            !output.status.success(),
+            "kubectl {args:?} should have failed, printed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+
+    /// Starts a kubectl that keeps running (e.g. `get -w`).
+    pub fn kubectl_spawn(&self, args: &[&str]) -> (Process, Lines) {
+        kubectl::spawn(&self.kubeconfig, args)
+    }
+
+    /// curl against the API with the admin client certificate; returns
+    /// (HTTP status, body).
+    pub fn curl(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let admin = self.admin_credentials();
+        self.curl_as(Some(&admin), method, path, headers, body)
+    }
+
+    /// curl with the given client credentials (cert, key) or none.
+    pub fn curl_as(
+        &self,
+        credentials: Option<&(PathBuf, PathBuf)>,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let (_, code, body) = Curl {
+            ca: &self.state.path().join("ca.crt"),
+            client: credentials.map(|(cert, key)| (cert.as_path(), key.as_path())),
+            method,
+            url: &format!("{}{path}", self.api),
+            headers,
+            body,
+        }
+        .send();
+        (code, body)
+    }
+
+    /// The admin client certificate and key (PEM) from the kubeconfig.
+    pub fn admin_pem(&self) -> (Vec<u8>, Vec<u8>) {
+        let kubeconfig = std::fs::read_to_string(&self.kubeconfig).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the kubeconfig {}: {e}",
+                self.kubeconfig.display()
+            )
+        });
+        let field = |name: &str| -> Vec<u8> {
+            let value = kubeconfig
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                .unwrap_or_else(|| panic!("no {name} in the kubeconfig"));
+            STANDARD
+                .decode(value.trim())
+                .unwrap_or_else(|e| panic!("{name} in the kubeconfig is not base64: {e}"))
+        };
+        (field("client-certificate-data"), field("client-key-data"))
+    }
+
+    /// Writes the admin client certificate and key out of the kubeconfig,
+    /// for curl; returns their paths (cert, key).
+    pub fn admin_credentials(&self) -> (PathBuf, PathBuf) {
+        let (cert_pem, key_pem) = self.admin_pem();
+        let cert = self.state.path().join("admin-test.crt");
+        let key = self.state.path().join("admin-test.key");
+        std::fs::write(&cert, cert_pem).expect("write the admin certificate");
+        std::fs::write(&key, key_pem).expect("write the admin key");
+        (cert, key)
+    }
+
+    /// Starts the hello plugin (examples/hello-rust) heartbeating here every
+    /// second on a free port; flags in `extra` win over these defaults.
+    pub fn plugin(&self, name: &str, extra: &[&str]) -> Process {
+        Process::spawn(
+            Command::new(workspace_binary("hello-plugin"))
+                .args(["--registry", &self.grpc, "--name", name])
+                .args(extra)
+                // Defaults through the environment, so that flags win.
+                .env("KPLUG_INTERVAL", "1")
+                .env("KPLUG_ADDRESS", format!("127.0.0.1:{}", free_port()))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+            name,
+        )
+    }
+
+    /// Waits until `kubectl get plugin NAME` succeeds and satisfies `want`.
+    pub fn wait_for_plugin(
+        &self,
+        name: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let output = self.kubectl(&["get", "plugin", name, "-o", "json"]);
+            if output.status.success()
+                && let Ok(object) = serde_json::from_slice::<serde_json::Value>(&output.stdout)
+                && want(&object)
+            {
+                return object;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name} did not appear as expected"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until `kubectl get plugin NAME` says NotFound.
+    pub fn wait_for_absent(&self, name: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let output = self.kubectl(&["get", "plugin", name]);
+            if !output.status.success()
+                && String::from_utf8_lossy(&output.stderr).contains("NotFound")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name} is still listed after {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `SCHEME127.0.0.1:PORT` as a socket address.
+fn socket_address(url: &str, scheme: &str) -> SocketAddr {
+    url.strip_prefix(scheme)
+        .and_then(|address| address.parse().ok())
+        .unwrap_or_else(|| panic!("{url:?} is not {scheme}IP:PORT"))
+}
