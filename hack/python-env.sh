@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates or updates the virtualenv for kplug's Python SDK and examples at
 # ${KPLUG_VENV:-$HOME/.cache/kplug/venv}: the SDK (editable, with its test
-# extras) and the PostgreSQL example plugin (editable, with psycopg). A quick
+# extras), the PostgreSQL example plugin (editable, with psycopg) and the
+# Python operator example (editable, with the kubernetes client). A quick
 # no-op when nothing it installs from changed. Afterwards, from the repo root:
 #   "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
 set -euo pipefail
@@ -16,6 +17,7 @@ inputs=(
   "$root/hack/python-env.sh"
   "$root/sdk/python/pyproject.toml"
   "$root/examples/database-table/postgresql-plugin/pyproject.toml"
+  "$root/examples/python-operator/pyproject.toml"
 )
 stamp="$venv/.kplug-stamp"
 want="$({ echo "$root"; "$python" --version; cat "${inputs[@]}"; } | sha256sum | cut -d' ' -f1)"
@@ -33,5 +35,6 @@ echo "== installing kplug's Python packages into $venv" >&2
 rm -f "$stamp"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --editable "$root/sdk/python[test]" \
-  --editable "$root/examples/database-table/postgresql-plugin[test]"
+  --editable "$root/examples/database-table/postgresql-plugin[test]" \
+  --editable "$root/examples/python-operator[test]"
 echo "$want" >"$stamp"
