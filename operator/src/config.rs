@@ -83,6 +83,9 @@ fn duration(text: &str) -> Result<Duration, String> {
 /// The operator's flags; each also reads a `KPLUG_OPERATOR_*` variable.
 #[derive(Clone, Debug, clap::Args)]
 pub struct OperatorArgs {
+    /// The kubeconfig to use (default: in-cluster, else ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
     /// Field manager for status writes and reporter of Events.
     #[arg(
         long,
@@ -165,6 +168,18 @@ pub struct OperatorArgs {
 }
 
 impl OperatorArgs {
+    /// The client configuration from `--kubeconfig`, else the default
+    /// inference (in-cluster, then `KUBECONFIG` and `~/.kube/config`).
+    pub async fn kube_config(&self) -> Result<kube::Config, kube::Error> {
+        let Some(path) = &self.kubeconfig else {
+            return kube::Config::infer()
+                .await
+                .map_err(kube::Error::InferConfig);
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
+    }
+
     /// The library's options for `resource` (`resource.group`, naming the
     /// default Lease).
     pub fn options(&self, resource: &str) -> Options {

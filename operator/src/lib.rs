@@ -11,9 +11,9 @@
 //! API appears (kplug's own watch API). Replicas elect a leader on a Lease.
 //!
 //! ```no_run
-//! # async fn run(client: kube::Client, resource: kube::api::ApiResource) -> Result<(), kplug_operator::Error> {
+//! # async fn run(config: kube::Config, resource: kube::api::ApiResource) -> Result<(), kplug_operator::Error> {
 //! use kplug_operator::{Operator, Options};
-//! Operator::new(client, resource, Options::default())
+//! Operator::new(config, resource, Options::default())?
 //!     .run(async { tokio::signal::ctrl_c().await.ok(); })
 //!     .await
 //! # }
@@ -47,6 +47,27 @@ pub use path::FieldPath;
 
 use reconciler::Context;
 
+/// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down: finishing the reconciles under way");
+}
+
 /// Why an operator stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -56,6 +77,8 @@ pub enum Error {
         "{0} has no status subresource: the operator writes status through it (add `subresources: {{status: {{}}}}` to its CRD version)"
     )]
     NoStatusSubresource(String),
+    #[error("the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
     #[error("leader election: {0}")]
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
     #[error("lost the leader election Lease {0}: stopping so that only the new leader writes")]
@@ -103,6 +126,10 @@ fn parse<K: Resource + DeserializeOwned>(object: &DynamicObject) -> Result<K, Ex
 /// A delegating controller for one resource.
 pub struct Operator {
     client: Client,
+    /// Without kube's retries: kplug's 503 and 429 are answers the
+    /// operator acts on (conditions, wake-ups, its own backoff), not faults
+    /// to retry for minutes inside one reconcile.
+    delegation_client: Client,
     resource: ApiResource,
     options: Options,
     hooks: Hooks,
@@ -110,19 +137,31 @@ pub struct Operator {
 
 impl Operator {
     /// An operator for a resource found through discovery (see [`discover`]).
-    pub fn new(client: Client, resource: ApiResource, options: Options) -> Self {
-        Self {
+    pub fn new(
+        config: kube::Config,
+        resource: ApiResource,
+        options: Options,
+    ) -> Result<Self, Error> {
+        let client = Client::try_from(config.clone())?;
+        let mut without_retries = config;
+        without_retries.default_retry = false;
+        let delegation_client = Client::try_from(without_retries)?;
+        Ok(Self {
             client,
+            delegation_client,
             resource,
             options,
             hooks: Hooks::default(),
-        }
+        })
     }
 
     /// An operator for a typed resource, e.g. one derived with
     /// `kube::CustomResource`.
-    pub fn for_resource<K: Resource<DynamicType = ()>>(client: Client, options: Options) -> Self {
-        Self::new(client, ApiResource::erase::<K>(&()), options)
+    pub fn for_resource<K: Resource<DynamicType = ()>>(
+        config: kube::Config,
+        options: Options,
+    ) -> Result<Self, Error> {
+        Self::new(config, ApiResource::erase::<K>(&()), options)
     }
 
     /// Reads the extension references from a typed object.
@@ -173,6 +212,7 @@ impl Operator {
         let election = self.options.leader_election.clone();
         let ctx = Arc::new(Context::new(
             self.client.clone(),
+            self.delegation_client,
             self.resource,
             api,
             self.options,

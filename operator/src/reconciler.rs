@@ -55,6 +55,8 @@ impl ReconcileError {
 /// What every reconcile of one operator shares.
 pub struct Context {
     pub client: Client,
+    /// For kplug's reconciles: no retries inside the client.
+    pub delegation_client: Client,
     pub resource: ApiResource,
     pub api: ApiSelector,
     pub options: Options,
@@ -69,6 +71,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
+        delegation_client: Client,
         resource: ApiResource,
         api: ApiSelector,
         options: Options,
@@ -78,6 +81,7 @@ impl Context {
         Self {
             resolver: Resolver::new(client.clone()),
             client,
+            delegation_client,
             resource,
             api,
             options,
@@ -162,6 +166,7 @@ impl Context {
             "kind": types.kind,
             "status": desired,
         });
+        tracing::debug!(object = %self.object_ref(object), %patch, "applying status");
         let params = PatchParams::apply(&self.options.field_manager).force();
         api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
             .await
@@ -247,7 +252,7 @@ impl Context {
             .required(bound_implementation(object), finalizing);
         let preferred = (self.hooks.preferred_implementation)(object, &self.options);
         delegate::delegate(
-            &self.client,
+            &self.delegation_client,
             &Delegation {
                 operation,
                 api: &self.api,

@@ -4,7 +4,8 @@
 //!
 //! Layout of the object's `status` (README, "Status layout"):
 //! `implementation` (the binding), `plugin` {name, version,
-//! implementation}, `selection` {reason, message}, `observedGeneration`
+//! implementation} (the last to serve), `selection` {reason, message} (why
+//! the object is bound to its implementation), `observedGeneration`
 //! (the generation a plugin last answered for), `conditions` (`Ready`,
 //! `Synced` and the plugin's own), and the plugin's `objectStatus` fields,
 //! merged in or under one field.
@@ -13,7 +14,7 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kplug_api::v1alpha1::{ReconcileStatus, ResultCondition};
+use kplug_api::v1alpha1::{ReconcileStatus, ResultCondition, SelectionReason};
 use serde_json::{Map, Value, json};
 
 /// Status fields the operator itself sets; a plugin's `objectStatus` cannot
@@ -164,10 +165,15 @@ impl Desired<'_> {
         let mut written = json!({
             "type": c.type_,
             "status": c.status,
-            "reason": c.reason,
-            "message": c.message,
             "lastTransitionTime": since,
         });
+        // Empty strings are left out: kube-apiserver 1.20's server-side
+        // apply turns them into nulls, which a CRD's `type: string` refuses.
+        for (field, value) in [("reason", &c.reason), ("message", &c.message)] {
+            if !value.is_empty() {
+                written[field] = json!(value);
+            }
+        }
         if let Some(generation) = self.generation {
             written["observedGeneration"] = json!(generation);
         }
@@ -210,7 +216,15 @@ impl Desired<'_> {
                     (ObjectStatusLayout::Merged, _) | (ObjectStatusLayout::Under(_), None) => {}
                 }
                 status.insert("plugin".into(), json!(answer.plugin));
-                status.insert("selection".into(), json!(answer.selection));
+                // `selection` says why the object is bound where it is: a
+                // call that only followed the binding keeps that reason.
+                let followed_binding =
+                    answer.selection.reason == SelectionReason::RequiredImplementation;
+                let selection = match self.current.get("selection") {
+                    Some(kept) if followed_binding => kept.clone(),
+                    _ => json!(answer.selection),
+                };
+                status.insert("selection".into(), selection);
                 if let Some(generation) = self.generation {
                     status.insert("observedGeneration".into(), json!(generation));
                 }

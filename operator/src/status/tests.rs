@@ -224,3 +224,22 @@ fn without_an_answer_earlier_fields_stay_and_only_conditions_change() {
         "waiting writes once"
     );
 }
+
+#[test]
+fn a_call_that_followed_the_binding_keeps_the_reason_for_it() {
+    let current = json!({"selection": {"reason": "Fallback", "message": "no Ready plugin implements MariaDB"}});
+    let owned = Owned::default();
+    let mut followed = answer(true);
+    followed.selection = Selection {
+        reason: SelectionReason::RequiredImplementation,
+        message: "PostgreSQL is the required implementation".into(),
+    };
+    let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(&followed));
+    assert_eq!(status["selection"], current["selection"]);
+    let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(&answer(true)));
+    assert_eq!(status["selection"]["reason"], "Fallback");
+    assert_eq!(
+        status["selection"]["message"],
+        "no Ready plugin implements MariaDB"
+    );
+}
