@@ -463,3 +463,83 @@ fn an_operator_without_the_right_to_delegate_says_so() {
         "the operator keeps running"
     );
 }
+
+/// Any language, one API call: the Python operator of
+/// `examples/python-operator` (the official `kubernetes` client, nothing
+/// kplug-specific) runs as the same ServiceAccount with the same RBAC.
+#[test]
+fn the_python_operator_delegates_with_one_api_call() {
+    let world = World::start();
+    let _pg_plugin = world.pg_plugin();
+    world.cluster.kubectl_ok(&["create", "namespace", "python"]);
+    let mut child = std::process::Command::new(kplug_test_support::postgres::venv_python())
+        .args([
+            "-m",
+            "python_operator",
+            "--group",
+            "myorg.org",
+            "--version",
+            "v1alpha1",
+        ])
+        .args([
+            "--plural",
+            "databasetables",
+            "--namespace",
+            "python",
+            "--kubeconfig",
+        ])
+        .arg(&world.operator_kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python operator (run hack/python-env.sh first)");
+    let log = kplug_test_support::Lines::new(child.stderr.take().expect("stderr"));
+    let mut operator = kplug_test_support::Process::new(child, "python-operator");
+    log.wait_for(
+        Duration::from_secs(60),
+        "the Python operator watching",
+        |l| l.contains("watching databasetables.myorg.org"),
+    );
+    world.cluster.apply(
+        &table_yaml(
+            "items",
+            "MariaDB",
+            &[("id", "uint64"), ("label", "string")],
+            "none",
+        )
+        .replace("namespace: default", "namespace: python"),
+    );
+    let table = world.wait_table("python", "items", "Ready", Duration::from_secs(90), |o| {
+        is_true(o, "Ready") && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+    });
+    assert_eq!(
+        text(&table, "/status/implementation"),
+        "PostgreSQL",
+        "{table:#}"
+    );
+    assert_eq!(text(&table, "/status/selection/reason"), "Fallback");
+    assert!(
+        world.pg_columns("items").starts_with("id "),
+        "{}",
+        world.pg_columns("items")
+    );
+    world.cluster.kubectl_ok(&[
+        "delete",
+        "databasetable",
+        "items",
+        "-n",
+        "python",
+        "--wait=false",
+    ]);
+    world.wait_gone("python", "items", Duration::from_secs(60));
+    assert_eq!(
+        world.pg_columns("items"),
+        "NULL",
+        "Finalize dropped the table"
+    );
+    assert!(
+        operator.terminate(Duration::from_secs(30)),
+        "a clean exit on SIGTERM"
+    );
+}
