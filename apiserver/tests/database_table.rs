@@ -15,27 +15,7 @@ const PG_PLUGIN: &str = "database-table-postgresql-plugin";
 const MARIADB_PLUGIN: &str = "database-table-mariadb-plugin";
 
 fn mariadb_query(sql: &str) -> String {
-    let server = mariadb::shared();
-    let output = Command::new("mariadb")
-        .arg(format!("--socket={}", server.socket.display()))
-        .args([
-            "-u",
-            "kplug",
-            "-pkplug-test-password",
-            mariadb::DATABASE,
-            "-N",
-            "-B",
-            "-e",
-            sql,
-        ])
-        .output()
-        .expect("run the mariadb client");
-    assert!(
-        output.status.success(),
-        "mariadb {sql}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    mariadb::shared().query(sql)
 }
 
 fn start_pg_plugin(kplug: &StandaloneKplug, dsn: &str, listen: &str) -> Process {

@@ -86,6 +86,9 @@ pub struct OperatorArgs {
     /// The kubeconfig to use (default: in-cluster, else ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// Log filter, e.g. info or info,kplug_operator=debug.
+    #[arg(long, env = "KPLUG_LOG", default_value = "info")]
+    pub log: String,
     /// Field manager for status writes and reporter of Events.
     #[arg(
         long,
@@ -168,6 +171,15 @@ pub struct OperatorArgs {
 }
 
 impl OperatorArgs {
+    /// Logs to stderr with the `--log` filter.
+    pub fn init_logging(&self) -> Result<(), tracing_subscriber::filter::ParseError> {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_new(&self.log)?)
+            .with_writer(std::io::stderr)
+            .init();
+        Ok(())
+    }
+
     /// The client configuration from `--kubeconfig`, else the default
     /// inference (in-cluster, then `KUBECONFIG` and `~/.kube/config`).
     pub async fn kube_config(&self) -> Result<kube::Config, kube::Error> {

@@ -3,7 +3,6 @@
 
 use clap::Parser;
 use kplug_operator::{Operator, OperatorArgs, discover, shutdown_signal};
-use tracing_subscriber::EnvFilter;
 
 /// Watches a custom resource and delegates every object to a kplug plugin.
 #[derive(Debug, Parser)]
@@ -15,9 +14,6 @@ struct Cli {
     /// Its version (default: the group's preferred version).
     #[arg(long = "resource-version", env = "KPLUG_OPERATOR_RESOURCE_VERSION")]
     resource_version: Option<String>,
-    /// Log filter, e.g. info or info,kplug_operator=debug.
-    #[arg(long, env = "KPLUG_LOG", default_value = "info")]
-    log: String,
     #[command(flatten)]
     operator: OperatorArgs,
 }
@@ -25,10 +21,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&cli.log)?)
-        .with_writer(std::io::stderr)
-        .init();
+    cli.operator.init_logging()?;
     let config = cli.operator.kube_config().await?;
     let client = kube::Client::try_from(config.clone())?;
     let resource = discover(&client, &cli.resource, cli.resource_version.as_deref()).await?;

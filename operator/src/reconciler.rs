@@ -111,6 +111,19 @@ impl Context {
             .unwrap_or(self.options.max_backoff)
     }
 
+    /// When to retry after kplug gave no answer: the object's backoff, never
+    /// sooner than kplug's `Retry-After`. Without a Ready plugin the object
+    /// also waits for one to appear.
+    fn retry_delay(&self, object: &DynamicObject, error: &DelegateError) -> Duration {
+        if matches!(error, DelegateError::Unavailable { .. }) {
+            self.waiting.lock().insert(self.object_ref(object));
+        }
+        error
+            .retry_after()
+            .unwrap_or_default()
+            .max(self.backoff(object))
+    }
+
     fn succeeded(&self, object: &DynamicObject) {
         let key = self.object_ref(object);
         self.backoffs.lock().remove(&key);
@@ -338,13 +351,7 @@ impl Context {
                 return Ok(Action::requeue(retry_after));
             }
             Err(error) => {
-                if matches!(error, DelegateError::Unavailable { .. }) {
-                    self.waiting.lock().insert(key);
-                }
-                let delay = error
-                    .retry_after()
-                    .unwrap_or_default()
-                    .max(self.backoff(object));
+                let delay = self.retry_delay(object, &error);
                 self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
                     .await?;
                 return Ok(Action::requeue(delay));
@@ -464,13 +471,7 @@ impl Context {
                 Err(ReconcileError::NotFinalized(message, self.backoff(object)))
             }
             Err(error) => {
-                if matches!(error, DelegateError::Unavailable { .. }) {
-                    self.waiting.lock().insert(key);
-                }
-                let delay = error
-                    .retry_after()
-                    .unwrap_or_default()
-                    .max(self.backoff(object));
+                let delay = self.retry_delay(object, &error);
                 let message = format!("{error}{waiting_note}");
                 self.not_delegated(api, object, error.reason(), message.clone(), "Finalize")
                     .await?;

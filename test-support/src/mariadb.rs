@@ -45,6 +45,32 @@ impl MariaDb {
         )
     }
 
+    /// Runs `sql` with the mariadb client as the plugin's user and returns
+    /// its tab-separated output, trimmed.
+    pub fn query(&self, sql: &str) -> String {
+        let output = Command::new("mariadb")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args([
+                "-u",
+                USER,
+                &format!("-p{PASSWORD}"),
+                DATABASE,
+                "-N",
+                "-B",
+                "-e",
+                sql,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the mariadb client");
+        assert!(
+            output.status.success(),
+            "mariadb {sql}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
     /// The plugin's user over the unix socket.
     pub fn socket_url(&self) -> String {
         format!(

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kplug_test_support::mariadb;
 use kplug_test_support::postgres::{Postgres, venv_python};
@@ -378,23 +378,11 @@ pub fn ready_now(object: &Value) -> bool {
 
 /// The MariaDB columns of `table`, as "name type, ...", or "NULL".
 pub fn mariadb_columns(table: &str) -> String {
-    let server = mariadb::shared();
-    let output = Command::new("mariadb")
-        .arg(format!("--socket={}", server.socket.display()))
-        .args(["-u", "kplug", "-pkplug-test-password", mariadb::DATABASE, "-N", "-B", "-e"])
-        .arg(format!(
-            "select coalesce(group_concat(concat(column_name, ' ', column_type) order by ordinal_position separator ', '), 'NULL') \
-             from information_schema.columns where table_schema = '{}' and table_name = '{table}'",
-            mariadb::DATABASE
-        ))
-        .output()
-        .expect("run the mariadb client");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    mariadb::shared().query(&format!(
+        "select coalesce(group_concat(concat(column_name, ' ', column_type) order by ordinal_position separator ', '), 'NULL') \
+         from information_schema.columns where table_schema = '{}' and table_name = '{table}'",
+        mariadb::DATABASE
+    ))
 }
 
 /// Lines of `log` read so far that mention `object` and `needle`.
@@ -403,11 +391,4 @@ pub fn count(lines: &[String], object: &str, needle: &str) -> usize {
         .iter()
         .filter(|l| l.contains(needle) && l.contains(object))
         .count()
-}
-
-/// How long `f` took.
-pub fn timed(f: impl FnOnce()) -> Duration {
-    let start = Instant::now();
-    f();
-    start.elapsed()
 }

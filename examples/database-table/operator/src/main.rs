@@ -8,7 +8,6 @@ use clap::Parser;
 use kplug_operator::{ExtensionRef, Operator, OperatorArgs, shutdown_signal};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
-use tracing_subscriber::EnvFilter;
 
 /// A table in a relational database; its CRD is crds/databasetables.yaml.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize)]
@@ -39,9 +38,6 @@ pub struct Column {
 
 #[derive(Parser)]
 struct Cli {
-    /// Log filter, e.g. info or info,kplug_operator=debug.
-    #[arg(long, env = "KPLUG_LOG", default_value = "info")]
-    log: String,
     #[command(flatten)]
     operator: OperatorArgs,
 }
@@ -49,10 +45,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&cli.log)?)
-        .with_writer(std::io::stderr)
-        .init();
+    cli.operator.init_logging()?;
     let mut options = cli.operator.options("databasetables.myorg.org");
     // An edited extension re-reconciles the tables that use it.
     options.watched_extensions = ["mariadb", "postgresql"]
