@@ -174,19 +174,17 @@ impl Context {
             return Ok(false);
         }
         let types = object.types.clone().unwrap_or_default();
+        let what = format!("the status of {} {}", types.kind, object.name_any());
         let patch = json!({
             "apiVersion": types.api_version,
             "kind": types.kind,
             "status": desired,
         });
-        tracing::debug!(object = %self.object_ref(object), %patch, "applying status");
+        tracing::debug!(%what, %patch, "applying");
         let params = PatchParams::apply(&self.options.field_manager).force();
         api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
             .await
-            .map_err(|source| ReconcileError::Write {
-                what: format!("the status of {}", self.object_ref(object)),
-                source,
-            })?;
+            .map_err(|source| ReconcileError::Write { what, source })?;
         Ok(true)
     }
 

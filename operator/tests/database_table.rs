@@ -355,6 +355,7 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
         0,
         "the standby wrote nothing"
     );
+    let settled = world.table("default", "broken");
     assert!(
         leader.terminate(Duration::from_secs(30)),
         "op-a shut down cleanly"
@@ -362,6 +363,16 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
     standby_log.wait_for(Duration::from_secs(30), "op-b leads", |l| {
         l.contains("became the leader")
     });
+    // The new leader reconciles what it finds, and writes nothing that
+    // did not change (the failing table gets the same answer again).
+    standby_log.wait_for(Duration::from_secs(30), "op-b reconciled broken", |l| {
+        l.contains(RECONCILED) && l.contains("/broken.")
+    });
+    assert_eq!(
+        world.table("default", "broken")["metadata"]["resourceVersion"],
+        settled["metadata"]["resourceVersion"],
+        "no duplicate write after the failover"
+    );
     world.cluster.apply(&table_yaml(
         "accounts",
         "MariaDB",
