@@ -21,15 +21,17 @@ pub const PG_PLUGIN: &str = "database-table-postgresql-plugin";
 pub const MARIADB_PLUGIN: &str = "database-table-mariadb-plugin";
 pub const OPERATOR_SA: &str = "database-table-operator";
 
+/// Fields drop in order: the processes stop before `work`, which holds the
+/// control plane's state, is deleted.
 pub struct World {
-    pub work: tempfile::TempDir,
-    pub cluster: ControlPlane,
     pub kplug: AggregatedKplug,
     pub pg: Postgres,
+    pub cluster: ControlPlane,
     pg_token: PathBuf,
     mariadb_token: PathBuf,
     /// A kubeconfig with the operator's ServiceAccount token.
     pub operator_kubeconfig: PathBuf,
+    pub work: tempfile::TempDir,
 }
 
 impl World {
