@@ -5,6 +5,8 @@
 //! `examples/database-table/deploy/operator-rbac.yaml`.
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod widgets;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;

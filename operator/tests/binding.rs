@@ -1,0 +1,54 @@
+//! `--binding FollowSelection`: every reconcile goes where kplug's
+//! selection says, so an object moves to its preferred implementation as
+//! soon as that has a Ready plugin (Sticky, the default, is covered by
+//! database_table.rs: the object stays where its data is).
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use kplug_test_support::{Lines, Process, wait_until};
+use support::widgets::Widgets;
+
+#[test]
+fn follow_selection_moves_an_object_to_its_preferred_implementation() {
+    let world = Widgets::start();
+    let _first = world.plugin("widgets-a", "Alpha");
+    let mut child = world
+        .operator("widgets.test.kplug.io")
+        .args(["--binding", "FollowSelection"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kplug-operator");
+    let log = Lines::new(child.stderr.take().expect("stderr"));
+    let _operator = Process::new(child, "kplug-operator");
+    log.wait_for(Duration::from_secs(30), "the controller", |l| {
+        l.contains("controller started")
+    });
+
+    let served_by = |implementation: &str, reason: &str, generation: u64| {
+        wait_until(
+            &format!("served by {implementation} ({reason})"),
+            Duration::from_secs(30),
+            || {
+                let object = world.get("moving")?;
+                let status = &object["status"];
+                (status["implementation"] == implementation
+                    && status["selection"]["reason"] == reason
+                    && status["observedGeneration"] == generation)
+                    .then_some(())
+                    .ok_or_else(|| status.to_string())
+            },
+        );
+    };
+    world.apply("moving", "size: 1, preferredImplementation: Beta");
+    served_by("Alpha", "Fallback", 1);
+    let _second = world.plugin("widgets-b", "Beta");
+    wait_until("widgets-b listed", Duration::from_secs(30), || {
+        world.cluster.kubectl_check(&["get", "plugin", "widgets-b"])
+    });
+    world.apply("moving", "size: 2, preferredImplementation: Beta");
+    served_by("Beta", "PreferredImplementation", 2);
+}

@@ -1,0 +1,142 @@
+//! A small world for the zero-code operator on a generic resource: a real
+//! control plane, kplug behind its APIService, the CRDs `widgets` (with a
+//! status subresource) and `gadgets` (without) in `test.kplug.io`, and
+//! hello plugins serving widgets.
+
+use std::process::{Command, Stdio};
+
+use kplug_test_support::{
+    AggregatedKplug, ControlPlane, Process, hello_plugin_command, output_text, plugin_identity,
+    workspace_binary,
+};
+use serde_json::Value;
+
+pub const CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.test.kplug.io}
+spec:
+  group: test.kplug.io
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.test.kplug.io}
+spec:
+  group: test.kplug.io
+  scope: Namespaced
+  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// Fields drop in order: the processes stop before `work` is deleted.
+pub struct Widgets {
+    pub kplug: AggregatedKplug,
+    pub cluster: ControlPlane,
+    pub work: tempfile::TempDir,
+}
+
+impl Widgets {
+    pub fn start() -> Self {
+        let work = tempfile::Builder::new()
+            .prefix("kplug-operator-widgets-")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        let cluster = ControlPlane::start(work.path().join("cp"));
+        let kplug =
+            AggregatedKplug::start(&cluster, work.path(), &["--min-heartbeat-interval", "1s"]);
+        cluster.apply(CRDS);
+        for crd in ["widgets", "gadgets"] {
+            cluster.kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}.test.kplug.io"),
+                "--timeout=30s",
+            ]);
+        }
+        cluster.kubectl_ok(&["create", "namespace", "plugins"]);
+        Self {
+            kplug,
+            cluster,
+            work,
+        }
+    }
+
+    /// A hello plugin named `name` serving widgets as `implementation`.
+    pub fn plugin(&self, name: &str, implementation: &str) -> Process {
+        let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
+        Process::spawn(
+            hello_plugin_command(&self.kplug, name, &token)
+                .args(["--api", "widgets.test.kplug.io/v1", "--interval", "1"])
+                .args(["--implementation", implementation])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+            name,
+        )
+    }
+
+    /// `kplug-operator` for `resource` in the namespace `default`, as the
+    /// admin, without leader election; add flags and where output goes.
+    pub fn operator(&self, resource: &str) -> Command {
+        let mut command = Command::new(workspace_binary("kplug-operator"));
+        command
+            .args([
+                "--resource",
+                resource,
+                "--leader-elect=false",
+                "--namespace",
+                "default",
+            ])
+            .arg("--kubeconfig")
+            .arg(self.cluster.kubeconfig())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// `kubectl apply` of the Widget `default/NAME` with `spec`, a YAML flow mapping's content.
+    pub fn apply(&self, name: &str, spec: &str) {
+        self.cluster.apply(&format!(
+            "apiVersion: test.kplug.io/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: default}}\nspec: {{{spec}}}\n"
+        ));
+    }
+
+    pub fn get(&self, name: &str) -> Result<Value, String> {
+        let output = self
+            .cluster
+            .kubectl(&["get", "widget", name, "-n", "default", "-o", "json"]);
+        serde_json::from_slice(&output.stdout).map_err(|_| output_text(&output))
+    }
+
+    /// The Widget's Ready condition, once it has one.
+    pub fn ready(&self, name: &str) -> Result<Value, String> {
+        let object = self.get(name)?;
+        let conditions = object["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions
+            .into_iter()
+            .find(|c| c["type"] == "Ready")
+            .ok_or_else(|| format!("no Ready condition yet: {}", object["status"]))
+    }
+}
