@@ -160,6 +160,11 @@ impl Context {
         }
     }
 
+    async fn warning(&self, object: &DynamicObject, reason: &str, note: &str, action: &str) {
+        self.event(object, EventType::Warning, reason, note, action)
+            .await;
+    }
+
     /// Applies `desired` to `object`'s status unless nothing would change;
     /// returns whether it wrote.
     async fn write_status(
@@ -213,8 +218,7 @@ impl Context {
             reason,
             message: message.clone(),
         });
-        self.event(object, EventType::Warning, reason, &message, action)
-            .await;
+        self.warning(object, reason, &message, action).await;
         self.write_status(api, object, desired, &owned).await?;
         Ok(())
     }
@@ -316,14 +320,8 @@ impl Context {
                     .map_err(|e| e.to_string())
             };
             if let Err(message) = result.await {
-                self.event(
-                    object,
-                    EventType::Warning,
-                    "ExtensionStatusNotWritten",
-                    &message,
-                    "Reconcile",
-                )
-                .await;
+                self.warning(object, "ExtensionStatusNotWritten", &message, "Reconcile")
+                    .await;
             }
         }
     }
@@ -413,9 +411,8 @@ impl Context {
                 .await;
         }
         if answer.results.is_empty() && !answer.success {
-            self.event(
+            self.warning(
                 object,
-                EventType::Warning,
                 "ReconcileFailed",
                 "the plugin reported a failure",
                 action,
