@@ -376,11 +376,6 @@ impl Context {
         let wrote = self.write_status(api, object, desired, &owned).await?;
         self.write_extension_statuses(object, &extensions, &answer)
             .await;
-        info!(
-            object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,
-            selection = ?answer.selection.reason, success = answer.success, wrote, operation_id = %answer.operation_id,
-            "reconciled"
-        );
         if wrote || !answer.success {
             self.record_results(object, &answer, "Reconcile").await;
         }
@@ -388,16 +383,19 @@ impl Context {
             .requeue_after_seconds
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64);
-        if answer.success {
+        let requeue_in = if answer.success {
             self.succeeded(object);
-            Ok(Action::requeue(asked.map_or(self.options.resync, |a| {
-                a.min(self.options.resync)
-            })))
+            asked.map_or(self.options.resync, |a| a.min(self.options.resync))
         } else {
-            Ok(Action::requeue(
-                asked.unwrap_or_default().max(self.backoff(object)),
-            ))
-        }
+            asked.unwrap_or_default().max(self.backoff(object))
+        };
+        info!(
+            object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,
+            selection = ?answer.selection.reason, success = answer.success, wrote,
+            requeue_in_seconds = requeue_in.as_secs_f64(), operation_id = %answer.operation_id,
+            "reconciled"
+        );
+        Ok(Action::requeue(requeue_in))
     }
 
     async fn record_results(&self, object: &DynamicObject, answer: &ReconcileStatus, action: &str) {

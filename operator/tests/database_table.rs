@@ -218,20 +218,20 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
         "{broken:#}"
     );
     world.wait_event("default", "broken", "Warning", "UnknownColumnType");
-    // Exponential backoff: each retry waits longer than the one before.
-    let mut calls = Vec::new();
-    wait_until("four calls for broken", Duration::from_secs(60), || {
-        calls = call_times(&world.operator_log("op-a"), "/broken.", RECONCILED);
-        (calls.len() >= 4).then_some(()).ok_or(calls.len())
+    // Exponential backoff: each retry is scheduled later than the one before.
+    let mut delays = Vec::new();
+    wait_until("three retries of broken", Duration::from_secs(60), || {
+        delays = requeue_delays(&world.operator_log("op-a"), "/broken.");
+        (delays.len() >= 3).then_some(()).ok_or(delays.len())
     });
-    let gaps: Vec<f64> = calls
-        .windows(2)
-        .map(|w| w[1].duration_since(w[0]).as_secs_f64())
-        .collect();
-    println!("failing object: gaps between plugin calls {gaps:.1?} s");
+    println!("failing object: retries scheduled after {delays:.1?} s");
     assert!(
-        gaps[2] > gaps[0] && gaps[2] >= 2.0,
-        "backoff grows: {gaps:?}"
+        delays.windows(2).all(|w| w[1] > w[0]),
+        "backoff grows: {delays:?}"
+    );
+    assert!(
+        delays[0] >= 1.0,
+        "no retry sooner than --min-backoff: {delays:?}"
     );
 
     // No plugin Ready: a condition, no hot loop, and a wake-up on the first plugin.

@@ -339,12 +339,20 @@ fn operator_log_path(identity: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kplug-operator-{identity}.log"))
 }
 
-/// When the lines that mention `object` and `needle` were logged.
-pub fn call_times(lines: &[String], object: &str, needle: &str) -> Vec<jiff::Timestamp> {
+/// The delays (seconds) after which the operator scheduled the next call
+/// for `object`, from its "reconciled" lines with `success=false`.
+pub fn requeue_delays(lines: &[String], object: &str) -> Vec<f64> {
     lines
         .iter()
-        .filter(|l| l.contains(needle) && l.contains(object))
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .filter(|l| l.contains("reconciled") && l.contains(object) && l.contains("success=false"))
+        .filter_map(|l| {
+            l.split("requeue_in_seconds=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect()
 }
 
