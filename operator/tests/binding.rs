@@ -52,3 +52,70 @@ fn follow_selection_moves_an_object_to_its_preferred_implementation() {
     world.apply("moving", "size: 2, preferredImplementation: Beta");
     served_by("Beta", "PreferredImplementation", 2);
 }
+
+#[test]
+fn a_sticky_object_rebinds_only_when_its_binding_is_cleared() {
+    let world = Widgets::start();
+    let _first = world.plugin("widgets-a", "Alpha");
+    let mut child = world
+        .operator("widgets.test.kplug.io")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kplug-operator");
+    let log = Lines::new(child.stderr.take().expect("stderr"));
+    let _operator = Process::new(child, "kplug-operator");
+    log.wait_for(Duration::from_secs(30), "the controller", |l| {
+        l.contains("controller started")
+    });
+    let served = |implementation: &str, generation: u64| {
+        wait_until(
+            &format!("generation {generation} served by {implementation}"),
+            Duration::from_secs(30),
+            || {
+                let object = world.get("pinned")?;
+                let status = &object["status"];
+                (status["implementation"] == implementation
+                    && status["plugin"]["implementation"] == implementation
+                    && status["observedGeneration"] == generation)
+                    .then_some(())
+                    .ok_or_else(|| status.to_string())
+            },
+        );
+    };
+    world.apply("pinned", "size: 1, preferredImplementation: Beta");
+    served("Alpha", 1);
+    let _second = world.plugin("widgets-b", "Beta");
+    wait_until("widgets-b listed", Duration::from_secs(30), || {
+        world.cluster.kubectl_check(&["get", "plugin", "widgets-b"])
+    });
+    world.apply("pinned", "size: 2, preferredImplementation: Beta");
+    served("Alpha", 2);
+    // The README's way to rebind: clear the binding, then nudge the object.
+    world.cluster.kubectl_ok(&[
+        "patch",
+        "widget",
+        "pinned",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"implementation":null}}"#,
+    ]);
+    world.cluster.kubectl_ok(&[
+        "annotate",
+        "widget",
+        "pinned",
+        "-n",
+        "default",
+        "kplug.io/reconcile-requested-at=now",
+        "--overwrite",
+    ]);
+    served("Beta", 2);
+    let object = world.get("pinned").expect("pinned");
+    assert_eq!(
+        object["status"]["selection"]["reason"],
+        "PreferredImplementation"
+    );
+}
