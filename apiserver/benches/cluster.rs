@@ -45,10 +45,9 @@ use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use support::{
-    ApiClient, CpuUsage, Latencies, STARTUP_TIMEOUT, join_all, micros, print_machine,
-    process_cpu_time, size, thousands, tls_config,
-};
+use kplug_test_support::measure::{CpuSnapshot, Latencies, process_cpu_time};
+use kplug_test_support::report::{micros, size, thousands};
+use support::{ApiClient, STARTUP_TIMEOUT, join_all, print_machine, tls_config};
 
 /// Builds both binaries measured here.
 const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello";
@@ -89,7 +88,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let usage_before = CpuUsage::now()?;
+    let usage_before = CpuSnapshot::now(&[])?;
 
     // Dropped in reverse order: plugins, kplugs, the control plane, the directory.
     let work = tempfile::Builder::new()
@@ -142,7 +141,7 @@ fn main() -> Result<()> {
         report_errors(name, kplug);
     }
 
-    let others = CpuUsage::now()?.others_since(&usage_before);
+    let others = usage_before.usage()?.other_load();
     let apiserver_binary = PathBuf::from(cluster.var("KPLUG_APISERVER_BIN"));
     print_machine(
         &[
@@ -151,7 +150,7 @@ fn main() -> Result<()> {
             ("kube-apiserver", &apiserver_binary),
         ],
         COMMAND,
-        &others,
+        others,
     )?;
     println!(
         "kube-apiserver {} and etcd from `hack/control-plane.sh` run on the same machine; they are \

@@ -29,10 +29,9 @@ use kplug_proto::v1alpha1::{
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
 
-use support::{
-    ApiClient, CpuUsage, Latencies, REQUEST_TIMEOUT, Server, join_all, mib, millis, own_cpu_time,
-    print_machine, size, thousands, verdict,
-};
+use kplug_test_support::measure::{CpuSnapshot, Latencies, own_cpu_time};
+use kplug_test_support::report::{mib, ms, size, thousands, verdict};
+use support::{ApiClient, REQUEST_TIMEOUT, Server, join_all, print_machine};
 
 /// The command that produces these numbers, as printed in the report.
 const COMMAND: &str =
@@ -90,7 +89,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let usage_before = CpuUsage::now()?;
+    let usage_before = CpuSnapshot::now(&[])?;
 
     let (lists, memory) = {
         let server = Server::start(SERVER_FLAGS);
@@ -105,8 +104,8 @@ fn main() -> Result<()> {
         runtime.block_on(first_registrations(&server))?
     };
 
-    let others = CpuUsage::now()?.others_since(&usage_before);
-    print_machine(&[("Server", &binary)], COMMAND, &others)?;
+    let others = usage_before.usage()?.other_load();
+    print_machine(&[("Server", &binary)], COMMAND, others)?;
     print_heartbeats(&[steady, first]);
     print_lists(&lists);
     print_memory(&memory);
@@ -459,8 +458,8 @@ fn print_heartbeats(runs: &[HeartbeatRun]) {
             thousands(run.accepted),
             run.elapsed.as_secs_f64(),
             thousands(run.per_second() as usize),
-            millis(run.latencies.percentile(50.0)),
-            millis(run.latencies.percentile(99.0)),
+            ms(run.latencies.percentile(50.0), 2),
+            ms(run.latencies.percentile(99.0), 2),
             run.server_cpu.as_secs_f64(),
             run.client_cpu.as_secs_f64(),
             verdict(run.per_second() >= TARGET_HEARTBEATS_PER_SECOND),
@@ -474,7 +473,7 @@ fn print_lists(runs: &[ListRun]) {
         "## Listing plugins\n\n`GET {PLUGINS_PATH}` over one reused HTTP/2 TLS connection with the \
          admin client certificate; {LIST_WARMUP} warm-up requests, then {LIST_REQUESTS} timed \
          (until the whole body is read); target p50 < {} at 10,000 plugins.\n",
-        millis(TARGET_LIST_P50)
+        ms(TARGET_LIST_P50, 2)
     );
     println!("| Plugins | Representation | p50 | p99 | Max | Response size | Target |");
     println!("|---:|---|---:|---:|---:|---:|---|");
@@ -488,9 +487,9 @@ fn print_lists(runs: &[ListRun]) {
             "| {} | {} | {} | {} | {} | {} | {target} |",
             thousands(run.plugins),
             run.variant,
-            millis(run.latencies.percentile(50.0)),
-            millis(run.latencies.percentile(99.0)),
-            millis(run.latencies.percentile(100.0)),
+            ms(run.latencies.percentile(50.0), 2),
+            ms(run.latencies.percentile(99.0), 2),
+            ms(run.latencies.percentile(100.0), 2),
             size(run.bytes),
         );
     }

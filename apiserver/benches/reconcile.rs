@@ -47,10 +47,9 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
 
-use support::{
-    ApiClient, CpuUsage, Latencies, REQUEST_TIMEOUT, STARTUP_TIMEOUT, Server, join_all, micros,
-    own_cpu_time, print_machine, process_cpu_time, thousands, verdict,
-};
+use kplug_test_support::measure::{CpuSnapshot, Latencies, own_cpu_time, process_cpu_time};
+use kplug_test_support::report::{micros, thousands, verdict};
+use support::{ApiClient, REQUEST_TIMEOUT, STARTUP_TIMEOUT, Server, join_all, print_machine};
 
 /// Builds both binaries measured here.
 const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello";
@@ -134,7 +133,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let usage_before = CpuUsage::now()?;
+    let usage_before = CpuSnapshot::now(&[])?;
 
     let report = {
         let server = Server::start(SERVER_FLAGS);
@@ -143,11 +142,11 @@ fn main() -> Result<()> {
         runtime.block_on(run(&server, &plugin, payloads))?
     };
 
-    let others = CpuUsage::now()?.others_since(&usage_before);
+    let others = usage_before.usage()?.other_load();
     print_machine(
         &[("Server", &server_binary), ("Plugin", &plugin_binary)],
         COMMAND,
-        &others,
+        others,
     )?;
     report.print();
     Ok(())

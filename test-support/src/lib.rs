@@ -8,6 +8,10 @@
 //! example which setup script to run). Whatever starts a process returns a
 //! value that stops it on drop, so neither a failing test nor a bench that
 //! returns an error leaves processes behind.
+//!
+//! The benches' measurements ([`measure`]: CPU and memory from `/proc`,
+//! latency percentiles) and their Markdown ([`report`]) return errors
+//! instead, which a bench reports from `main`.
 
 mod control_plane;
 mod credentials;
@@ -15,9 +19,11 @@ mod curl;
 mod kplug;
 mod kubectl;
 pub mod mariadb;
+pub mod measure;
 mod plugins;
 pub mod postgres;
 mod process;
+pub mod report;
 mod standalone;
 mod workspace;
 

@@ -1,16 +1,15 @@
-//! What the bench binaries share beyond `kplug-test-support` (which runs
-//! the processes): the standalone server as measured, the admin HTTPS
-//! client, CPU and memory accounting from `/proc`, latency statistics and
-//! the Markdown helpers of the reports.
+//! What the apiserver bench binaries share beyond `kplug-test-support`
+//! (which runs the processes, measures CPU, memory and latencies and
+//! formats the reports): the standalone server as measured, the admin
+//! HTTPS client and these benches' "Machine" section.
 //!
 //! Each bench compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::ops::RangeInclusive;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
@@ -18,6 +17,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kplug_test_support::StandaloneKplug;
+use kplug_test_support::measure::{OtherLoad, proc_status_kib, process_cpu_time};
+use kplug_test_support::report::Machine;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -26,9 +27,6 @@ use tokio_rustls::TlsConnector;
 /// Upper bounds, so that a wedged server fails the run instead of hanging it.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Linux reports process CPU time in ticks of this many per second (USER_HZ).
-const TICKS_PER_SECOND: u64 = 100;
 
 // ---------------------------------------------------------------------------
 // The server
@@ -72,108 +70,6 @@ impl Server {
     pub fn cpu_time(&self) -> Result<Duration> {
         process_cpu_time(self.pid())
     }
-}
-
-pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no {field} in {path}"))
-}
-
-// ---------------------------------------------------------------------------
-// CPU time
-
-/// Sums `fields` of a `/proc/.../stat` file, in ticks; field 0 is the one
-/// after the parenthesized command name (field 3, state, in proc(5)).
-fn stat_ticks(stat_path: &str, fields: RangeInclusive<usize>) -> Result<u64> {
-    let stat =
-        std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
-    let after_name = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .unwrap_or_default();
-    let values: Vec<&str> = after_name.split_whitespace().collect();
-    fields
-        .map(|index| {
-            values
-                .get(index)
-                .and_then(|value| value.parse::<u64>().ok())
-        })
-        .sum::<Option<u64>>()
-        .with_context(|| format!("malformed {stat_path}"))
-}
-
-fn ticks(ticks: u64) -> Duration {
-    Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
-}
-
-/// User plus system CPU time of all threads of a process (utime, stime).
-fn cpu_time(stat_path: &str) -> Result<Duration> {
-    stat_ticks(stat_path, 11..=12).map(ticks)
-}
-
-/// CPU time of the process `pid`.
-pub fn process_cpu_time(pid: u32) -> Result<Duration> {
-    cpu_time(&format!("/proc/{pid}/stat"))
-}
-
-pub fn own_cpu_time() -> Result<Duration> {
-    cpu_time("/proc/self/stat")
-}
-
-/// CPU time of the whole machine, to tell how much other work shared it.
-pub struct CpuUsage {
-    at: Instant,
-    /// Busy time of all CPUs (everything but idle and iowait).
-    machine_busy: Duration,
-    /// This bench plus its servers, which are children it has waited for.
-    own: Duration,
-}
-
-impl CpuUsage {
-    pub fn now() -> Result<Self> {
-        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-        // cpu user nice system idle iowait irq softirq steal ...
-        let totals: Vec<u64> = stat
-            .lines()
-            .next()
-            .and_then(|line| line.strip_prefix("cpu "))
-            .context("no cpu line in /proc/stat")?
-            .split_whitespace()
-            .take(8)
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .context("malformed /proc/stat")?;
-        ensure!(totals.len() == 8, "malformed /proc/stat");
-        let busy = totals[0] + totals[1] + totals[2] + totals[5] + totals[6] + totals[7];
-        Ok(Self {
-            at: Instant::now(),
-            machine_busy: ticks(busy),
-            // utime, stime, cutime, cstime
-            own: ticks(stat_ticks("/proc/self/stat", 11..=14)?),
-        })
-    }
-
-    /// CPU time other processes used since `before`, and the CPU time there was.
-    pub fn others_since(&self, before: &Self) -> OtherLoad {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let busy = self.machine_busy.saturating_sub(before.machine_busy);
-        let own = self.own.saturating_sub(before.own);
-        OtherLoad {
-            used: busy.saturating_sub(own),
-            available: (self.at - before.at) * u32::try_from(cpus).unwrap_or(1),
-        }
-    }
-}
-
-/// Competition from other processes during the run.
-pub struct OtherLoad {
-    pub used: Duration,
-    pub available: Duration,
 }
 
 // ---------------------------------------------------------------------------
@@ -351,107 +247,22 @@ pub fn tls_config(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<rust
 }
 
 // ---------------------------------------------------------------------------
-// Statistics and the report
+// The report
 
-/// Latency samples, sorted.
-pub struct Latencies(Vec<Duration>);
-
-impl Latencies {
-    pub fn new(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        Self(samples)
+/// The "Machine" section of these benches' reports: CPU, memory, kernel,
+/// competition from other processes, the binaries measured (`(role,
+/// path)`) and the command.
+pub fn print_machine(binaries: &[(&str, &Path)], command: &str, others: OtherLoad) -> Result<()> {
+    Machine {
+        heading: "## Machine",
+        shared_by: "the server and the load generator",
+        memory: true,
+        notes: &[],
+        others: (others, "the run"),
+        details: &[],
+        binaries,
+        binary_note: " (release build)",
+        command,
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Nearest-rank percentile, `p` in 0..=100.
-    pub fn percentile(&self, p: f64) -> Duration {
-        if self.0.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = (p / 100.0 * self.0.len() as f64).ceil() as usize;
-        self.0[rank.clamp(1, self.0.len()) - 1]
-    }
-}
-
-pub fn millis(duration: Duration) -> String {
-    format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
-}
-
-/// Whole microseconds, with thousands separators: "12,345 µs".
-pub fn micros(duration: Duration) -> String {
-    format!(
-        "{} µs",
-        thousands(duration.as_secs_f64().mul_add(1e6, 0.5) as usize)
-    )
-}
-
-pub fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
-
-pub fn size(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20))
-    } else {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    }
-}
-
-/// 12345 → "12,345".
-pub fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-pub fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "**missed**" }
-}
-
-/// The "Machine" section: CPU, memory, kernel, competition from other
-/// processes, the binaries measured (`(role, path)`) and the command.
-pub fn print_machine(binaries: &[(&str, &Path)], command: &str, others: &OtherLoad) -> Result<()> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").context("reading /proc/cpuinfo")?;
-    let model = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("model name")?.split_once(':'))
-        .map_or("unknown", |(_, model)| model.trim());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .context("reading the kernel release")?;
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-    let memory = proc_meminfo_kib("MemTotal")?;
-    println!("## Machine\n");
-    println!("- CPU: {model}, {cpus} CPUs (`nproc`), shared by the server and the load generator");
-    println!("- Memory: {}", mib(memory));
-    println!("- Kernel: Linux {}", kernel.trim());
-    println!(
-        "- Other processes used {:.1} of the {:.1} CPU-seconds there were during the run ({:.0} %)",
-        others.used.as_secs_f64(),
-        others.available.as_secs_f64(),
-        100.0 * others.used.as_secs_f64() / others.available.as_secs_f64().max(f64::EPSILON),
-    );
-    for (role, binary) in binaries {
-        println!("- {role}: `{}` (release build)", binary.display());
-    }
-    println!("- Command: `{command}`");
-    println!();
-    Ok(())
-}
-
-fn proc_meminfo_kib(field: &str) -> Result<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no {field} in /proc/meminfo"))
+    .print()
 }

@@ -1,0 +1,264 @@
+//! The zero-code operator end to end: how long from creating an object to
+//! `Ready=True`, and how fast 1,000 objects converge, each next to what the
+//! same kube-apiserver does without the operator in the same run.
+//!
+//! One real control plane (etcd and kube-apiserver from
+//! `hack/control-plane.sh`), kplug behind its APIService
+//! (`--min-heartbeat-interval 1s`), the CRD `widgets.bench.kplug.io`, the
+//! fast hello plugin (examples/hello-rust) heartbeating every second with a
+//! ServiceAccount token, and `kplug-operator --resource
+//! widgets.bench.kplug.io --namespace bench --concurrency 32
+//! --leader-elect=false` as the admin. Everything is a separate process on
+//! 127.0.0.1; the bench talks to kube-apiserver with a kube `Client` as the
+//! admin. It measures, in one run:
+//!
+//! 1. **Apply → Ready, one object at a time**: create a Widget in `bench`
+//!    and wait until a watch on the namespace (opened before the first
+//!    create) shows `Ready=True` with `observedGeneration` equal to its
+//!    generation, `LATENCY_OBJECTS` times after `WARMUP_OBJECTS` untimed.
+//!    Next to it, one at a time in the namespace `baseline` (which the
+//!    operator does not watch), the calls the operator makes for an object:
+//!    a create, a merge patch of `/status` and a server-side apply of
+//!    `/status`, each timed to its answer and until a watch sees it, and
+//!    one `create reconciles` through kube-apiserver and kplug to the
+//!    plugin.
+//! 2. **The raw rates of the same kube-apiserver**, `IN_FLIGHT` requests in
+//!    flight, on `OBJECTS` Widgets in `baseline`: creates, merge patches of
+//!    `/status` (`{"status":{"greeting":"x"}}`), server-side applies of
+//!    `/status`, and `create reconciles`.
+//! 3. **`OBJECTS` objects through the operator**: `OBJECTS` Widgets created
+//!    in `bench` with `IN_FLIGHT` in flight, timed from the first create
+//!    until the watch has seen every one Ready. The requests kube-apiserver
+//!    served meanwhile (its `apiserver_request_total`) show what one object
+//!    costs.
+//!
+//! Per phase it reads the CPU time of every process from `/proc`, and the
+//! machine's, to tell how much other processes took.
+//!
+//! Results go to stdout as Markdown (for BENCHMARKS.md), progress to
+//! stderr; the operator's log to `target/tmp/kplug-operator-convergence.log`
+//! (`KPLUG_BENCH_OPERATOR_LOG=info,kplug_operator=debug` for more). Run with
+//! `cargo build --release -p kplug-apiserver -p kplug-operator -p
+//! kplug-example-hello && cargo bench -p kplug-operator --bench convergence`.
+
+mod phases;
+mod report;
+mod watch;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use kplug_test_support::{
+    AggregatedKplug, ControlPlane, KUBECTL, Process, hello_plugin_command, plugin_identity,
+    target_binary, wait_until,
+};
+use serde_json::Value;
+
+use phases::measure;
+use report::{OperatorLog, Report, print_report};
+
+/// Builds the three binaries measured here.
+const BUILD: &str =
+    "cargo build --release -p kplug-apiserver -p kplug-operator -p kplug-example-hello";
+/// The command that produces these numbers, as printed in the report.
+const COMMAND: &str = "cargo build --release -p kplug-apiserver -p kplug-operator -p kplug-example-hello && \
+                       cargo bench -p kplug-operator --bench convergence";
+
+const GROUP: &str = "bench.kplug.io";
+const VERSION: &str = "v1";
+const KIND: &str = "Widget";
+const PLURAL: &str = "widgets";
+const RESOURCE: &str = "widgets.bench.kplug.io";
+/// The namespace the operator watches.
+const NAMESPACE: &str = "bench";
+/// The raw API runs' namespace, which the operator does not watch.
+const BASELINE_NAMESPACE: &str = "baseline";
+const PLUGIN: &str = "bench-hello";
+const CRD: &str = r"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.bench.kplug.io}
+spec:
+  group: bench.kplug.io
+  scope: Namespaced
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: bench}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: baseline}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: plugins}
+";
+
+/// Untimed objects before the timed ones (connections, caches).
+const WARMUP_OBJECTS: usize = 3;
+/// Objects created one at a time for the latency figures.
+const LATENCY_OBJECTS: usize = 20;
+/// Objects of the throughput runs.
+const OBJECTS: usize = 1_000;
+/// Requests in flight in the throughput runs, and the operator's concurrency.
+const IN_FLIGHT: usize = 32;
+/// The issue's target: `OBJECTS` objects Ready within this long.
+const TARGET: Duration = Duration::from_secs(20);
+
+/// Upper bounds, so that a wedged process fails the run instead of hanging it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const OBJECT_TIMEOUT: Duration = Duration::from_secs(60);
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long after the last object turned Ready the request counts are read.
+const SETTLE: Duration = Duration::from_secs(1);
+/// Before a measured run, kube-apiserver must have used under this share
+/// of one CPU in a window of this long; the bench waits at most so long.
+const QUIET_SHARE: f64 = 0.05;
+const QUIET_WINDOW: Duration = Duration::from_secs(1);
+const QUIET_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn main() -> Result<()> {
+    let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
+    let operator_binary = target_binary("kplug-operator", BUILD)?;
+    let hello_binary = target_binary("hello-plugin", BUILD)?;
+    ensure!(Path::new(KUBECTL).exists(), "{KUBECTL} is missing");
+    let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
+    // Dropped in reverse order: operator, plugin, kplug, the control plane,
+    // the directory.
+    let work = tempfile::Builder::new()
+        .prefix("kplug-bench-operator-")
+        .tempdir_in("/tmp")
+        .context("creating a work directory")?;
+    eprintln!("starting the control plane (etcd + kube-apiserver)");
+    let cluster = ControlPlane::start(work.path().join("cp"));
+    let kplug = AggregatedKplug::start(
+        &cluster,
+        work.path(),
+        &["--min-heartbeat-interval", "1s", "--log", "info"],
+    );
+    eprintln!("kplug (pid {}) serves behind its APIService", kplug.pid());
+    cluster.apply(CRD);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/{RESOURCE}"),
+        "--timeout=60s",
+    ]);
+
+    let token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), work.path());
+    let plugin = Process::spawn(
+        hello_plugin_command(&kplug, PLUGIN, &token)
+            .args(["--api", &format!("{RESOURCE}/{VERSION}"), "--interval", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "hello-plugin",
+    );
+    wait_until("the plugin Ready", STARTUP_TIMEOUT, || {
+        let output = cluster.kubectl(&["get", "plugin", PLUGIN, "-o", "json"]);
+        let plugin: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        let ready = plugin["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready
+            .then_some(())
+            .ok_or_else(|| String::from_utf8_lossy(&output.stderr).into_owned())
+    });
+    eprintln!("plugin {PLUGIN} (pid {}) is Ready", plugin.pid());
+
+    let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-operator-convergence.log");
+    let operator = start_operator(&operator_binary, &cluster.kubeconfig(), &log_path)?;
+    eprintln!(
+        "kplug-operator (pid {}) started; its log: {}",
+        operator.pid(),
+        log_path.display()
+    );
+
+    let processes = vec![
+        (
+            "kube-apiserver",
+            cluster.var("KPLUG_APISERVER_PID").parse()?,
+        ),
+        ("etcd", cluster.var("KPLUG_ETCD_PID").parse()?),
+        ("kplug", kplug.pid()),
+        ("operator", operator.pid()),
+        ("plugin", plugin.pid()),
+    ];
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let results = runtime.block_on(measure(&cluster.kubeconfig(), &processes))?;
+    let log = OperatorLog::read(&log_path)?;
+
+    print_report(&Report {
+        results: &results,
+        log: &log,
+        processes: &processes,
+        load_at_start: load_at_start.trim(),
+        binaries: &[
+            ("kplug", &kplug_binary),
+            ("Operator", &operator_binary),
+            ("Plugin", &hello_binary),
+            (
+                "kube-apiserver",
+                &PathBuf::from(cluster.var("KPLUG_APISERVER_BIN")),
+            ),
+        ],
+        apiserver_version: cluster.var("KPLUG_APISERVER_VERSION"),
+    })?;
+    Ok(())
+}
+
+/// `kplug-operator` as the admin, its log (stderr) into `log_path`; waits
+/// until its controller has started.
+fn start_operator(binary: &Path, kubeconfig: &Path, log_path: &Path) -> Result<Process> {
+    let log = std::fs::File::create(log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let level = std::env::var("KPLUG_BENCH_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned());
+    let operator = Process::spawn(
+        Command::new(binary)
+            .args(["--resource", RESOURCE, "--kubeconfig"])
+            .arg(kubeconfig)
+            .args([
+                "--leader-elect=false",
+                "--namespace",
+                NAMESPACE,
+                "--concurrency",
+                &IN_FLIGHT.to_string(),
+                "--log",
+                &level,
+            ])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log),
+        "kplug-operator",
+    );
+    wait_until("the operator's controller started", STARTUP_TIMEOUT, || {
+        let log = std::fs::read_to_string(log_path).unwrap_or_default();
+        if log.contains("controller started") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
+    Ok(operator)
+}

@@ -1,0 +1,435 @@
+//! The measured phases: apply → Ready one object at a time, the raw calls
+//! and rates of kube-apiserver, and `OBJECTS` objects through the operator,
+//! with the CPU each phase used.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use futures::{StreamExt, TryStreamExt};
+use kplug_api::v1alpha1::{ApiSelector, Operation};
+use kplug_operator::delegate::{Delegation, delegate};
+use kplug_test_support::measure::{CpuSnapshot, CpuUsage, Latencies};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::watch::{
+    admin_client, call, check_greeted, next_seen, ready_now, wait_ready, wait_seen, watch, widget,
+    widget_resource,
+};
+use crate::{
+    BASELINE_NAMESPACE, GROUP, IN_FLIGHT, KIND, LATENCY_OBJECTS, NAMESPACE, OBJECTS, PHASE_TIMEOUT,
+    PLURAL, QUIET_SHARE, QUIET_TIMEOUT, QUIET_WINDOW, REQUEST_TIMEOUT, SETTLE, VERSION,
+    WARMUP_OBJECTS,
+};
+
+/// Runs `request(i)` for i in 0..count with `IN_FLIGHT` in flight; returns
+/// the elapsed time and each one's result.
+async fn in_flight<T, F, Fut>(what: &str, count: usize, request: F) -> Result<(Duration, Vec<T>)>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    eprintln!("{what}: {count} with {IN_FLIGHT} in flight");
+    let started = Instant::now();
+    let results = tokio::time::timeout(
+        PHASE_TIMEOUT,
+        futures::stream::iter(0..count)
+            .map(request)
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<Vec<T>>(),
+    )
+    .await
+    .with_context(|| format!("{what} took longer than {PHASE_TIMEOUT:?}"))??;
+    Ok((started.elapsed(), results))
+}
+
+// ---------------------------------------------------------------------------
+// The measurements
+
+pub struct Results {
+    /// Apply → Ready, one object at a time.
+    pub apply_to_ready: Latencies,
+    /// Round trips one at a time: create, merge patch and apply of /status,
+    /// create reconciles.
+    pub create_rtt: Latencies,
+    pub merge_status_rtt: Latencies,
+    pub apply_status_rtt: Latencies,
+    pub reconcile_rtt: Latencies,
+    /// From the start of a write until a watch saw it.
+    pub create_seen: Latencies,
+    pub merge_status_seen: Latencies,
+    pub apply_status_seen: Latencies,
+    /// With `IN_FLIGHT` in flight.
+    pub creates: Duration,
+    pub merge_status_writes: Duration,
+    pub apply_status_writes: Duration,
+    pub reconciles: Duration,
+    pub convergence: Convergence,
+    /// kube-apiserver's requests during the convergence run.
+    pub requests: Vec<(String, f64)>,
+    /// Each phase's name, how many objects or requests it had, and its CPU.
+    pub phases: Vec<(&'static str, usize, CpuUsage)>,
+    /// How long the bench waited for a quiet kube-apiserver before the
+    /// latency and the operator runs.
+    pub quiet_waits: Vec<Duration>,
+}
+
+pub struct Convergence {
+    /// From the first create until every object was seen Ready.
+    pub elapsed: Duration,
+    /// From the first create until the last create returned.
+    pub creates_done: Duration,
+    /// When each object was seen Ready, after the first create, sorted.
+    pub ready_after: Vec<Duration>,
+    /// Each object's create → Ready.
+    pub per_object: Latencies,
+}
+
+pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Result<Results> {
+    let client = admin_client(kubeconfig).await?;
+    let resource = widget_resource();
+    let bench = Api::<DynamicObject>::namespaced_with(client.clone(), NAMESPACE, &resource);
+    let baseline =
+        Api::<DynamicObject>::namespaced_with(client.clone(), BASELINE_NAMESPACE, &resource);
+    let (mut ready, _watching) = watch(bench.clone()).await?;
+    let pids: Vec<u32> = processes.iter().map(|(_, pid)| *pid).collect();
+    let mut phases = Vec::new();
+    let post = PostParams::default();
+
+    // 1. Apply → Ready, one object at a time.
+    eprintln!("{WARMUP_OBJECTS} untimed objects, then {LATENCY_OBJECTS} timed, one at a time");
+    for i in 0..WARMUP_OBJECTS {
+        let name = format!("warmup-{i}");
+        call("create", bench.create(&post, &widget(&name))).await?;
+        wait_ready(&mut ready, &name).await?;
+    }
+    let mut quiet_waits = vec![quiet(processes).await?];
+    let before = CpuSnapshot::now(&pids)?;
+    let mut samples = Vec::new();
+    for i in 0..LATENCY_OBJECTS {
+        let name = format!("latency-{i:02}");
+        let started = Instant::now();
+        call("create", bench.create(&post, &widget(&name))).await?;
+        samples.push(wait_ready(&mut ready, &name).await? - started);
+    }
+    phases.push((
+        "apply → Ready, one at a time (per object)",
+        LATENCY_OBJECTS,
+        before.usage()?,
+    ));
+    let apply_to_ready = Latencies::new(samples);
+
+    // 2a. The operator's calls, one at a time, without the operator.
+    let api_selector = ApiSelector {
+        group: GROUP.to_owned(),
+        resource: PLURAL.to_owned(),
+        version: String::new(),
+    };
+    let reconcile_once = |object: DynamicObject| {
+        let (client, api_selector) = (client.clone(), &api_selector);
+        async move {
+            let answer = call(
+                "create reconciles",
+                delegate(
+                    &client,
+                    &Delegation {
+                        operation: Operation::Reconcile,
+                        api: api_selector,
+                        object: &object,
+                        extensions: &[],
+                        preferred_implementation: None,
+                        required_implementation: None,
+                        timeout: REQUEST_TIMEOUT,
+                    },
+                ),
+            )
+            .await?;
+            ensure!(
+                answer.success,
+                "the plugin failed {}: {answer:?}",
+                object.name_any()
+            );
+            Ok(())
+        }
+    };
+    let merge = json!({"status": {"greeting": "x"}});
+    let apply = json!({
+        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "kind": KIND,
+        "status": {"greeting": "y"},
+    });
+    let apply_params = PatchParams::apply("bench").force();
+    eprintln!("{LATENCY_OBJECTS} of each raw call, one at a time, in {BASELINE_NAMESPACE}");
+    let (mut changes, watching) = watch(baseline.clone()).await?;
+    let before = CpuSnapshot::now(&pids)?;
+    let mut samples: [Vec<Duration>; 7] = Default::default();
+    for i in 0..WARMUP_OBJECTS + LATENCY_OBJECTS {
+        let name = format!("single-{i:02}");
+        // Round trip and until the watch saw the change, per write.
+        let mut timings = Vec::with_capacity(7);
+        let started = Instant::now();
+        let created = call("create", baseline.create(&post, &widget(&name))).await?;
+        timings.push(started.elapsed());
+        timings.push(wait_seen(&mut changes, &created).await? - started);
+        let started = Instant::now();
+        let patched = call(
+            "merge patch /status",
+            baseline.patch_status(&name, &PatchParams::default(), &Patch::Merge(&merge)),
+        )
+        .await?;
+        timings.push(started.elapsed());
+        timings.push(wait_seen(&mut changes, &patched).await? - started);
+        let started = Instant::now();
+        let applied = call(
+            "apply /status",
+            baseline.patch_status(&name, &apply_params, &Patch::Apply(&apply)),
+        )
+        .await?;
+        timings.push(started.elapsed());
+        timings.push(wait_seen(&mut changes, &applied).await? - started);
+        let started = Instant::now();
+        reconcile_once(created).await?;
+        timings.push(started.elapsed());
+        if i >= WARMUP_OBJECTS {
+            for (samples, timing) in samples.iter_mut().zip(timings) {
+                samples.push(timing);
+            }
+        }
+    }
+    // Its events would be measured with the raw rates.
+    watching.abort();
+    phases.push((
+        "raw calls, one at a time (per request)",
+        4 * (WARMUP_OBJECTS + LATENCY_OBJECTS),
+        before.usage()?,
+    ));
+    let [
+        create_rtt,
+        create_seen,
+        merge_status_rtt,
+        merge_status_seen,
+        apply_status_rtt,
+        apply_status_seen,
+        reconcile_rtt,
+    ] = samples.map(Latencies::new);
+
+    // 2b. The raw rates, `IN_FLIGHT` in flight.
+    let name = |i: usize| format!("raw-{i:04}");
+    let before = CpuSnapshot::now(&pids)?;
+    let (creates, objects) = in_flight("raw creates", OBJECTS, |i| {
+        let baseline = baseline.clone();
+        async move {
+            call(
+                "create",
+                baseline.create(&PostParams::default(), &widget(&name(i))),
+            )
+            .await
+        }
+    })
+    .await?;
+    phases.push(("raw creates", OBJECTS, before.usage()?));
+    let before = CpuSnapshot::now(&pids)?;
+    let (merge_status_writes, _) = in_flight("raw merge patches of /status", OBJECTS, |i| {
+        let (baseline, merge) = (baseline.clone(), &merge);
+        async move {
+            call(
+                "merge patch /status",
+                baseline.patch_status(&name(i), &PatchParams::default(), &Patch::Merge(merge)),
+            )
+            .await
+        }
+    })
+    .await?;
+    phases.push(("raw merge patches of /status", OBJECTS, before.usage()?));
+    let before = CpuSnapshot::now(&pids)?;
+    let (apply_status_writes, _) = in_flight("raw applies of /status", OBJECTS, |i| {
+        let (baseline, apply, params) = (baseline.clone(), &apply, &apply_params);
+        async move {
+            call(
+                "apply /status",
+                baseline.patch_status(&name(i), params, &Patch::Apply(apply)),
+            )
+            .await
+        }
+    })
+    .await?;
+    phases.push(("raw applies of /status", OBJECTS, before.usage()?));
+    let before = CpuSnapshot::now(&pids)?;
+    let (reconciles, _) = in_flight("raw create reconciles", OBJECTS, |i| {
+        reconcile_once(objects[i].clone())
+    })
+    .await?;
+    phases.push(("raw create reconciles", OBJECTS, before.usage()?));
+
+    // 3. `OBJECTS` objects through the operator.
+    quiet_waits.push(quiet(processes).await?);
+    let requests_before = request_counts(&client).await?;
+    let before = CpuSnapshot::now(&pids)?;
+    let started = Instant::now();
+    let creating = tokio::spawn({
+        let bench = bench.clone();
+        async move {
+            in_flight("objects for the operator", OBJECTS, |i| {
+                let bench = bench.clone();
+                async move {
+                    let name = format!("widget-{i:04}");
+                    let created_at = Instant::now();
+                    call(
+                        "create",
+                        bench.create(&PostParams::default(), &widget(&name)),
+                    )
+                    .await?;
+                    Ok((name, created_at))
+                }
+            })
+            .await
+        }
+    });
+    let deadline = tokio::time::Instant::from_std(started + PHASE_TIMEOUT);
+    // When each object was first seen Ready.
+    let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
+    while seen.len() < OBJECTS {
+        let (object, at) = next_seen(
+            &mut ready,
+            deadline,
+            || format!("all {OBJECTS} objects Ready ({} were)", seen.len()),
+            |o| {
+                o.name_any().starts_with("widget-")
+                    && ready_now(o)
+                    && !seen.contains_key(&o.name_any())
+            },
+        )
+        .await?;
+        check_greeted(&object)?;
+        seen.insert(object.name_any(), at);
+        if seen.len().is_multiple_of(100) {
+            eprintln!(
+                "{} of {OBJECTS} Ready after {:.1} s",
+                seen.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let elapsed = started.elapsed();
+    let usage = before.usage()?;
+    let (creates_done, created) = creating.await.context("the creating task")??;
+    phases.push((
+        "1,000 objects through the operator (per object)",
+        OBJECTS,
+        usage,
+    ));
+    // The operator records the Event after the status write that made the
+    // object Ready: give the last ones a moment.
+    tokio::time::sleep(SETTLE).await;
+    let requests_after = request_counts(&client).await?;
+    let created: BTreeMap<String, Instant> = created.into_iter().collect();
+    let per_object = seen
+        .iter()
+        .map(|(name, at)| {
+            let created_at = created
+                .get(name)
+                .with_context(|| format!("{name} Ready but not created"))?;
+            Ok(at.saturating_duration_since(*created_at))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut ready_after: Vec<Duration> = seen.values().map(|at| *at - started).collect();
+    ready_after.sort_unstable();
+    let mut requests: Vec<(String, f64)> = requests_after
+        .iter()
+        .map(|(key, after)| {
+            let delta = after - requests_before.get(key).copied().unwrap_or_default();
+            (key.clone(), delta)
+        })
+        .filter(|(_, delta)| *delta >= 1.0)
+        .collect();
+    requests.sort_by(|a, b| b.1.total_cmp(&a.1));
+
+    Ok(Results {
+        apply_to_ready,
+        create_rtt,
+        merge_status_rtt,
+        apply_status_rtt,
+        reconcile_rtt,
+        create_seen,
+        merge_status_seen,
+        apply_status_seen,
+        creates,
+        merge_status_writes,
+        apply_status_writes,
+        reconciles,
+        convergence: Convergence {
+            elapsed,
+            creates_done,
+            ready_after,
+            per_object: Latencies::new(per_object),
+        },
+        requests,
+        phases,
+        quiet_waits,
+    })
+}
+
+/// Waits until kube-apiserver has been quiet for `QUIET_WINDOW`, using
+/// under `QUIET_SHARE` of one CPU (after start-up and CRD changes it
+/// rebuilds its OpenAPI for a while), at most `QUIET_TIMEOUT`; returns how
+/// long it waited.
+async fn quiet(processes: &[(&str, u32)]) -> Result<Duration> {
+    let started = Instant::now();
+    let apiserver = [processes[0].1];
+    loop {
+        let before = CpuSnapshot::now(&apiserver)?;
+        tokio::time::sleep(QUIET_WINDOW).await;
+        let used = before.usage()?.processes[0];
+        if used.as_secs_f64() < QUIET_SHARE * QUIET_WINDOW.as_secs_f64() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > QUIET_TIMEOUT {
+            eprintln!("kube-apiserver still busy after {QUIET_TIMEOUT:?}: measuring anyway");
+            return Ok(started.elapsed());
+        }
+    }
+}
+
+/// kube-apiserver's `apiserver_request_total` by verb and resource, summed
+/// over response codes, scopes and content types.
+async fn request_counts(client: &Client) -> Result<BTreeMap<String, f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = call("GET /metrics", client.request_text(request)).await?;
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = labels[start..].find('"')?;
+            Some(&labels[start..start + end])
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        if resource.is_empty() {
+            continue;
+        }
+        let mut key = format!("{verb} {resource}");
+        if let Some(group) = label("group").filter(|g| !g.is_empty()) {
+            let _ = write!(key, ".{group}");
+        }
+        if let Some(subresource) = label("subresource").filter(|s| !s.is_empty()) {
+            let _ = write!(key, "/{subresource}");
+        }
+        *counts.entry(key).or_insert(0.0) += value;
+    }
+    Ok(counts)
+}

@@ -1,0 +1,315 @@
+//! The report, as Markdown on stdout, and what it says of the operator's log.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kplug_test_support::measure::{Latencies, OtherLoad, cpus};
+use kplug_test_support::report::{Machine, ms, seconds, thousands};
+
+use crate::phases::Results;
+use crate::{
+    BASELINE_NAMESPACE, COMMAND, IN_FLIGHT, LATENCY_OBJECTS, NAMESPACE, OBJECTS, QUIET_SHARE,
+    QUIET_WINDOW, SETTLE, TARGET, WARMUP_OBJECTS,
+};
+
+pub struct OperatorLog {
+    /// Delegated reconciles it logged ("reconciled" with an operation id).
+    reconciled: usize,
+    warnings: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl OperatorLog {
+    pub fn read(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let lines = || text.lines();
+        Ok(Self {
+            reconciled: lines()
+                .filter(|l| l.contains(" reconciled ") && l.contains("operation_id="))
+                .count(),
+            warnings: lines()
+                .filter(|l| l.contains(" WARN "))
+                .map(str::to_owned)
+                .collect(),
+            errors: lines()
+                .filter(|l| l.contains(" ERROR "))
+                .map(str::to_owned)
+                .collect(),
+        })
+    }
+}
+
+fn rate(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64().max(f64::EPSILON)
+}
+
+pub struct Report<'a> {
+    pub results: &'a Results,
+    pub log: &'a OperatorLog,
+    pub processes: &'a [(&'static str, u32)],
+    pub load_at_start: &'a str,
+    pub binaries: &'a [(&'a str, &'a Path)],
+    pub apiserver_version: String,
+}
+
+pub fn print_report(report: &Report<'_>) -> Result<()> {
+    let r = report.results;
+    println!("## Operator: apply → Ready, and 1,000 objects\n");
+    print_machine(report)?;
+
+    println!("### Apply → Ready, one object at a time\n");
+    println!(
+        "Create a Widget in `{NAMESPACE}`, then wait until the bench's watch on the namespace \
+         shows `Ready=True` for its generation; {LATENCY_OBJECTS} objects after {WARMUP_OBJECTS} \
+         untimed. Below it, from the same run, one at a time on Widgets in `{BASELINE_NAMESPACE}` \
+         (not watched by the operator), the calls the operator makes per object, without the \
+         operator ({LATENCY_OBJECTS} each): each write's round trip, and the time from its start \
+         until a watch on that namespace (the bench's, open only for this) sees the new \
+         resourceVersion.\n"
+    );
+    println!("| Measure | Samples | p50 | p90 | max |");
+    println!("|---|---:|---:|---:|---:|");
+    let row = |what: &str, latencies: &Latencies| {
+        println!(
+            "| {what} | {} | {} | {} | {} |",
+            latencies.len(),
+            ms(latencies.percentile(50.0), 1),
+            ms(latencies.percentile(90.0), 1),
+            ms(latencies.max(), 1),
+        );
+    };
+    row(
+        "**apply → Ready=True, through the operator**",
+        &r.apply_to_ready,
+    );
+    row("create: round trip", &r.create_rtt);
+    row("create: until a watch sees it", &r.create_seen);
+    row("merge patch of `/status`: round trip", &r.merge_status_rtt);
+    row(
+        "merge patch of `/status`: until a watch sees it",
+        &r.merge_status_seen,
+    );
+    row(
+        "server-side apply of `/status`: round trip",
+        &r.apply_status_rtt,
+    );
+    row(
+        "server-side apply of `/status`: until a watch sees it",
+        &r.apply_status_seen,
+    );
+    row(
+        "`create reconciles` through kube-apiserver and kplug to the plugin: round trip",
+        &r.reconcile_rtt,
+    );
+    let sequential = r.create_seen.percentile(50.0)
+        + r.merge_status_seen.percentile(50.0)
+        + r.reconcile_rtt.percentile(50.0)
+        + r.apply_status_seen.percentile(50.0);
+    println!(
+        "| *the operator's path without the operator: create, finalizer patch and status apply each until a watch sees it, plus one reconcile (sum of the p50s)* | | {} | | |\n",
+        ms(sequential, 1)
+    );
+
+    println!(
+        "### {} objects, {IN_FLIGHT} in flight\n",
+        thousands(OBJECTS)
+    );
+    println!(
+        "The raw rows are the same kube-apiserver without the operator, on {} Widgets in \
+         `{BASELINE_NAMESPACE}`: creates, then one merge patch of each one's `/status` \
+         (`{{\"status\":{{\"greeting\":\"x\"}}}}`), then one server-side apply of it, then one \
+         `create reconciles` for each. The operator row creates {} Widgets in `{NAMESPACE}` with \
+         {IN_FLIGHT} in flight and is timed from the first create until the watch has seen all of \
+         them `Ready=True` (operator `--concurrency {IN_FLIGHT}`). The ratio is each rate over the \
+         raw merge-patch status writes per second.\n",
+        thousands(OBJECTS),
+        thousands(OBJECTS),
+    );
+    let merge_rate = rate(OBJECTS, r.merge_status_writes);
+    // Per object: its create, the finalizer patch, the status apply and the
+    // Event (a create), and one reconcile call.
+    let bound = r.creates * 2 + r.merge_status_writes + r.apply_status_writes + r.reconciles;
+    println!("| Run | Objects | Elapsed | Per second | Ratio to raw status writes/s |");
+    println!("|---|---:|---:|---:|---:|");
+    for (what, elapsed) in [
+        ("raw creates", r.creates),
+        ("raw merge patches of `/status`", r.merge_status_writes),
+        (
+            "raw server-side applies of `/status`",
+            r.apply_status_writes,
+        ),
+        ("raw `create reconciles`", r.reconciles),
+        (
+            "*bound: the 4 writes and 1 reconcile of each object at the raw rates above*",
+            bound,
+        ),
+        (
+            "**through the operator: first create → all Ready**",
+            r.convergence.elapsed,
+        ),
+    ] {
+        let per_second = rate(OBJECTS, elapsed);
+        println!(
+            "| {what} | {} | {} | {} | {:.2} |",
+            thousands(OBJECTS),
+            seconds(elapsed),
+            thousands(per_second.round() as usize),
+            per_second / merge_rate,
+        );
+    }
+    println!(
+        "\nThe bound row is the sum of the raw times for what each object needs: two creates (the \
+         object and its Event), a patch (the finalizer, timed as the merge patch), a server-side \
+         apply of `/status` and a reconcile call: the rate if the operator's writes cost what the \
+         raw ones do and it added nothing."
+    );
+    let c = &r.convergence;
+    let met = c.elapsed < TARGET;
+    println!(
+        "\nTarget: {} objects Ready in under {} s: **{}** ({}).\n",
+        thousands(OBJECTS),
+        TARGET.as_secs(),
+        if met { "met" } else { "missed" },
+        seconds(c.elapsed),
+    );
+    let at = |fraction: f64| {
+        let index = ((fraction * c.ready_after.len() as f64).ceil() as usize)
+            .clamp(1, c.ready_after.len().max(1))
+            - 1;
+        c.ready_after.get(index).copied().unwrap_or_default()
+    };
+    println!(
+        "Timeline after the first create: the last create returned at {}; the first object was \
+         Ready at {}, 10 % at {}, 50 % at {}, 90 % at {}, all at {}. Each object's create → Ready: \
+         p50 {}, p90 {}, max {}.\n",
+        seconds(c.creates_done),
+        seconds(c.ready_after.first().copied().unwrap_or_default()),
+        seconds(at(0.1)),
+        seconds(at(0.5)),
+        seconds(at(0.9)),
+        seconds(c.elapsed),
+        seconds(c.per_object.percentile(50.0)),
+        seconds(c.per_object.percentile(90.0)),
+        seconds(c.per_object.max()),
+    );
+
+    println!(
+        "### What the {} objects cost kube-apiserver\n",
+        thousands(OBJECTS)
+    );
+    println!(
+        "Requests kube-apiserver counted (`apiserver_request_total`, all response codes) from the \
+         first create until {} after the last object was Ready, including the bench's own creates \
+         and watch. kube-apiserver v1.20 does not count requests it proxies to an aggregated API \
+         server, so the operator's `create reconciles` are missing here; the operator's log counts \
+         them below.\n",
+        seconds(SETTLE)
+    );
+    println!("| Request | Count | Per object |");
+    println!("|---|---:|---:|");
+    for (request, count) in &r.requests {
+        println!(
+            "| `{request}` | {} | {:.2} |",
+            thousands(count.round() as usize),
+            count / OBJECTS as f64
+        );
+    }
+    println!(
+        "\nThe operator logged {} delegated reconciles in the whole run ({} objects), {} warnings \
+         and {} errors.\n",
+        thousands(report.log.reconciled),
+        thousands(WARMUP_OBJECTS + LATENCY_OBJECTS + OBJECTS),
+        report.log.warnings.len(),
+        report.log.errors.len(),
+    );
+    for line in report
+        .log
+        .warnings
+        .iter()
+        .chain(&report.log.errors)
+        .take(10)
+    {
+        eprintln!("operator: {line}");
+    }
+
+    println!("### CPU time per phase\n");
+    println!(
+        "CPU-seconds from `/proc/PID/stat`; \"others\" is the machine's busy time less all of \
+         these, i.e. other processes on the machine. {} CPUs.\n",
+        cpus()
+    );
+    let names: Vec<&str> = report.processes.iter().map(|(name, _)| *name).collect();
+    println!(
+        "| Phase | Elapsed | {} | bench | others | machine busy | kube-apiserver CPU per object or request |",
+        names.join(" | ")
+    );
+    println!(
+        "|---|---:|{}---:|---:|---:|---:|",
+        "---:|".repeat(names.len())
+    );
+    for (phase, items, usage) in &r.phases {
+        let total: Duration = usage.processes.iter().sum::<Duration>() + usage.own + usage.others;
+        let available = usage.elapsed * cpus();
+        let cells: Vec<String> = usage
+            .processes
+            .iter()
+            .map(|cpu| format!("{:.2}", cpu.as_secs_f64()))
+            .collect();
+        let apiserver = usage.processes.first().copied().unwrap_or_default();
+        println!(
+            "| {phase} | {} | {} | {:.2} | {:.2} | {:.0} % | {} |",
+            seconds(usage.elapsed),
+            cells.join(" | "),
+            usage.own.as_secs_f64(),
+            usage.others.as_secs_f64(),
+            100.0 * total.as_secs_f64() / available.as_secs_f64().max(f64::EPSILON),
+            ms(
+                apiserver / u32::try_from((*items).max(1)).unwrap_or(u32::MAX),
+                1
+            ),
+        );
+    }
+    println!();
+    Ok(())
+}
+
+fn print_machine(report: &Report<'_>) -> Result<()> {
+    let others: OtherLoad = report
+        .results
+        .phases
+        .iter()
+        .map(|(_, _, usage)| usage.other_load())
+        .sum();
+    let waits: Vec<String> = report
+        .results
+        .quiet_waits
+        .iter()
+        .map(|w| seconds(*w))
+        .collect();
+    Machine {
+        heading: "### Machine",
+        shared_by: "kube-apiserver, etcd, kplug, the operator, the plugin and the bench",
+        memory: false,
+        notes: &[
+            format!("Load average before the run: {}", report.load_at_start),
+            format!(
+                "Before the latency run and the operator run, the bench waited {} for \
+                 kube-apiserver to use under {:.0} % of a CPU for {}",
+                waits.join(" and "),
+                QUIET_SHARE * 100.0,
+                seconds(QUIET_WINDOW),
+            ),
+        ],
+        others: (others, "the measured phases"),
+        details: &[format!(
+            "kube-apiserver {} and etcd from `hack/control-plane.sh`",
+            report.apiserver_version
+        )],
+        binaries: report.binaries,
+        binary_note: "",
+        command: COMMAND,
+    }
+    .print()
+}
