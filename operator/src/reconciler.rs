@@ -124,7 +124,9 @@ impl Context {
             .max(self.backoff(object))
     }
 
-    fn succeeded(&self, object: &DynamicObject) {
+    /// Drops the object's backoff and waiting state: it succeeded, or it
+    /// is going away.
+    fn forget(&self, object: &DynamicObject) {
         let key = self.object_ref(object);
         self.backoffs.lock().remove(&key);
         self.waiting.lock().remove(&key);
@@ -193,6 +195,27 @@ impl Context {
         Ok(true)
     }
 
+    /// Writes the object's status for `outcome`, when it changes anything.
+    async fn write_outcome(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        binding: Option<&str>,
+        outcome: &Outcome<'_>,
+    ) -> Result<bool, ReconcileError> {
+        let owned = Owned::read(&object.metadata, &self.options.field_manager);
+        let desired = Desired {
+            current: object.data.get("status").unwrap_or(&Value::Null),
+            owned: &owned,
+            generation: object.metadata.generation,
+            binding,
+            layout: &self.options.object_status,
+            now: Timestamp::now(),
+        }
+        .status(outcome);
+        self.write_status(api, object, desired, &owned).await
+    }
+
     /// Writes the conditions (and keeps the rest) for an outcome without an
     /// answer, and records a Warning.
     async fn not_delegated(
@@ -204,22 +227,10 @@ impl Context {
         action: &str,
     ) -> Result<(), ReconcileError> {
         warn!(object = %self.object_ref(object), reason, %message, "not reconciled");
-        let owned = Owned::read(&object.metadata, &self.options.field_manager);
-        let current = object.data.get("status").unwrap_or(&Value::Null);
-        let desired = Desired {
-            current,
-            owned: &owned,
-            generation: object.metadata.generation,
-            binding: bound_implementation(object),
-            layout: &self.options.object_status,
-            now: Timestamp::now(),
-        }
-        .status(&Outcome::NotDelegated {
-            reason,
-            message: message.clone(),
-        });
         self.warning(object, reason, &message, action).await;
-        self.write_status(api, object, desired, &owned).await?;
+        let outcome = Outcome::NotDelegated { reason, message };
+        self.write_outcome(api, object, bound_implementation(object), &outcome)
+            .await?;
         Ok(())
     }
 
@@ -362,18 +373,9 @@ impl Context {
             Some(bound) => bound.to_owned(),
             None => answer.plugin.implementation.clone(),
         };
-        let owned = Owned::read(&object.metadata, &self.options.field_manager);
-        let current = object.data.get("status").unwrap_or(&Value::Null);
-        let desired = Desired {
-            current,
-            owned: &owned,
-            generation: object.metadata.generation,
-            binding: Some(&binding),
-            layout: &self.options.object_status,
-            now: Timestamp::now(),
-        }
-        .status(&Outcome::Answered(&answer));
-        let wrote = self.write_status(api, object, desired, &owned).await?;
+        let wrote = self
+            .write_outcome(api, object, Some(&binding), &Outcome::Answered(&answer))
+            .await?;
         self.write_extension_statuses(object, &extensions, &answer)
             .await;
         if wrote || !answer.success {
@@ -384,7 +386,7 @@ impl Context {
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64);
         let requeue_in = if answer.success {
-            self.succeeded(object);
+            self.forget(object);
             asked.map_or(self.options.resync, |a| a.min(self.options.resync))
         } else {
             asked.unwrap_or_default().max(self.backoff(object))
@@ -429,6 +431,7 @@ impl Context {
         let key = self.object_ref(object);
         let Some(bound) = bound_implementation(object) else {
             info!(object = %key, "never served by a plugin: nothing to finalize");
+            self.forget(object);
             return Ok(Action::await_change());
         };
         let waiting_note = format!(
@@ -448,7 +451,7 @@ impl Context {
             Ok(answer) if answer.success => {
                 info!(object = %key, plugin = %answer.plugin.name, operation_id = %answer.operation_id, "finalized");
                 self.record_results(object, &answer, "Finalize").await;
-                self.succeeded(object);
+                self.forget(object);
                 Ok(Action::await_change())
             }
             Ok(answer) => {
