@@ -93,7 +93,7 @@ type PreferredHook = dyn Fn(&DynamicObject, &Options) -> Option<String> + Send +
 /// default the paths in [`Options`]; typed operators can read their own
 /// fields instead.
 #[derive(Clone)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     extensions: Arc<ExtensionsHook>,
     preferred_implementation: Arc<PreferredHook>,
 }
