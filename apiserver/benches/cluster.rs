@@ -202,7 +202,7 @@ fn start_kplug(installation: &Installation, name: &str, cache_ttl: &str) -> Aggr
 fn hello_plugin(kplug: &AggregatedKplug, token: &Path) -> Process {
     Process::spawn(
         hello_plugin_command(kplug, PLUGIN, token)
-            .args(["--interval", "5"])
+            .args(["--heartbeat-interval", "5"])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
         "hello-plugin",

@@ -176,8 +176,8 @@ impl PluginProcess {
             command
                 .args(["--registry", &format!("http://{}", server.grpc)])
                 .args(["--name", PLUGIN_NAME])
-                .args(["--address", &address.to_string()])
-                .args(["--interval", PLUGIN_INTERVAL_SECONDS])
+                .args(["--listen", &address.to_string()])
+                .args(["--heartbeat-interval", PLUGIN_INTERVAL_SECONDS])
                 .env("RUST_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -22,7 +22,7 @@ fn get_shows_a_table_with_the_documented_columns() {
             "PostgreSQL",
             "--api",
             "databasetables.myorg.org/v1alpha1",
-            "--address",
+            "--listen",
             &address,
         ],
     );
@@ -93,7 +93,7 @@ fn get_shows_a_table_with_the_documented_columns() {
 fn yaml_json_and_describe_show_spec_and_status() {
     let kplug = StandaloneKplug::start();
     let address = format!("127.0.0.1:{}", free_port());
-    let _plugin = kplug.plugin("hello", &["--label", "tier=demo", "--address", &address]);
+    let _plugin = kplug.plugin("hello", &["--label", "tier=demo", "--listen", &address]);
     kplug.wait_for_plugin("hello", ready);
 
     let json: serde_json::Value =
@@ -256,7 +256,7 @@ fn watch_sees_a_plugin_added_and_deleted_after_its_ttl() {
 #[test]
 fn a_gracefully_stopped_plugin_deregisters_at_once() {
     let kplug = StandaloneKplug::start();
-    let mut plugin = kplug.plugin("graceful", &["--interval", "60"]);
+    let mut plugin = kplug.plugin("graceful", &["--heartbeat-interval", "60"]);
     kplug.wait_for_plugin("graceful", ready);
     assert!(
         plugin.terminate(Duration::from_secs(10)),

@@ -49,7 +49,7 @@ fn post(kplug: &StandaloneKplug, path: &str, body: &str) -> (u16, Value) {
 /// Starts a hello plugin on a free port and waits until it is Ready.
 fn hello(kplug: &StandaloneKplug, name: &str, extra: &[&str]) -> (Process, String) {
     let address = format!("127.0.0.1:{}", free_port());
-    let mut args = vec!["--address", address.as_str()];
+    let mut args = vec!["--listen", address.as_str()];
     args.extend_from_slice(extra);
     let process = kplug.plugin(name, &args);
     kplug.wait_for_plugin(name, ready);
@@ -395,7 +395,7 @@ fn a_plugin_killed_mid_call_gives_503_and_recovers_when_it_returns() {
     assert!(code == 503, "{code}: {status:#}");
 
     // The plugin comes back at the same address: calls succeed again.
-    let _again = kplug.plugin("fragile", &["--address", &address]);
+    let _again = kplug.plugin("fragile", &["--listen", &address]);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (code, answer) = post(&kplug, &path, &request(json!({"object": greeting("c")})));

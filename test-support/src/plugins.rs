@@ -38,7 +38,7 @@ pub fn hello_plugin_command(kplug: &AggregatedKplug, name: &str, token_file: &Pa
             "--name",
             name,
         ])
-        .args(["--address", &format!("127.0.0.1:{}", free_port())])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
         .arg("--registry-ca-file")
         .arg(kplug.certs.join("ca.crt"))
         .arg("--token-file")
@@ -52,7 +52,7 @@ pub fn hello_plugin_command(kplug: &AggregatedKplug, name: &str, token_file: &Pa
 pub fn hello_plugin(kplug: &AggregatedKplug, name: &str, token_file: &Path) -> Process {
     Process::spawn(
         hello_plugin_command(kplug, name, token_file)
-            .args(["--interval", "1"])
+            .args(["--heartbeat-interval", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit()),
         name,

@@ -200,8 +200,8 @@ impl StandaloneKplug {
                 .args(["--registry", &self.grpc, "--name", name])
                 .args(extra)
                 // Defaults through the environment, so that flags win.
-                .env("KPLUG_INTERVAL", "1")
-                .env("KPLUG_ADDRESS", format!("127.0.0.1:{}", free_port()))
+                .env("KPLUG_HEARTBEAT_INTERVAL", "1s")
+                .env("KPLUG_LISTEN", format!("127.0.0.1:{}", free_port()))
                 .env("RUST_LOG", "info")
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit()),

@@ -3,8 +3,6 @@
 //! It serves kplug's Plugin service and heartbeats into kplug's registry
 //! until Ctrl-C or SIGTERM, then deregisters and finishes in-flight calls.
 
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,26 +15,10 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// kplug's registry endpoint.
-    #[arg(long, env = kplug_sdk::REGISTRY_ENV, default_value = kplug_sdk::DEFAULT_REGISTRY)]
-    registry: String,
-    /// The plugin's name in kplug.
-    #[arg(long, env = "KPLUG_NAME", default_value = "hello")]
-    name: String,
-    /// host:port where kplug reaches this plugin (the advertised address).
-    #[arg(
-        long,
-        alias = "advertise",
-        env = "KPLUG_ADDRESS",
-        default_value = "127.0.0.1:50052"
-    )]
-    address: String,
-    /// Address to listen on [default: --address, resolved].
-    #[arg(long, env = "KPLUG_LISTEN")]
-    listen: Option<SocketAddr>,
-    /// Heartbeat interval to ask for, in seconds.
-    #[arg(long, env = "KPLUG_INTERVAL", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    interval: u64,
+    /// Where it listens, what it advertises, the registry, the heartbeat
+    /// interval, credentials: the SDK's own flags.
+    #[command(flatten)]
+    kplug: Config,
     /// The implementation's name.
     #[arg(long, env = "KPLUG_IMPLEMENTATION", default_value = "Hello")]
     implementation: String,
@@ -46,12 +28,6 @@ struct Args {
     /// A label for the Plugin object, as key=value; repeatable.
     #[arg(long = "label", env = "KPLUG_LABELS", value_delimiter = ',', value_parser = parse_label)]
     labels: Vec<(String, String)>,
-    /// ServiceAccount token to heartbeat with (cluster mode).
-    #[arg(long, env = "KPLUG_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
-    /// CA that signed kplug's certificate, for an https:// registry.
-    #[arg(long, env = "KPLUG_REGISTRY_CA_FILE")]
-    registry_ca_file: Option<PathBuf>,
     #[command(flatten)]
     faults: Faults,
 }
@@ -127,39 +103,15 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-
-    // By default the plugin listens where it tells kplug to call it.
-    let listen = match args.listen {
-        Some(listen) => listen,
-        None => args
-            .address
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut addresses| addresses.next())
-            .with_context(|| {
-                format!("cannot listen on --address {}; pass --listen", args.address)
-            })?,
-    };
-    let mut info = PluginInfo::new(args.name, args.api)
+    let mut info = PluginInfo::new("hello", args.api)
         .version(env!("CARGO_PKG_VERSION"))
         .implementation(args.implementation);
     info.labels.extend(args.labels);
-    let mut config = Config::default()
-        .registry(args.registry)
-        .listen(listen)
-        .advertise(args.address)
-        .heartbeat_interval(Duration::from_secs(args.interval));
-    if let Some(path) = args.token_file {
-        config = config.token_file(path);
-    }
-    if let Some(path) = args.registry_ca_file {
-        config = config.registry_ca_file(path);
-    }
 
     let hello = Hello {
         faults: args.faults,
     };
-    kplug_sdk::serve(hello, info, config)
+    kplug_sdk::serve(hello, info, args.kplug)
         .await
         .context("serving the hello plugin")
 }

@@ -164,7 +164,12 @@ fn main() -> Result<()> {
     let token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), work.path());
     let plugin = Process::spawn(
         hello_plugin_command(&kplug, PLUGIN, &token)
-            .args(["--api", &format!("{RESOURCE}/{VERSION}"), "--interval", "1"])
+            .args([
+                "--api",
+                &format!("{RESOURCE}/{VERSION}"),
+                "--heartbeat-interval",
+                "1",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
         "hello-plugin",

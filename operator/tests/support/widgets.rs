@@ -86,7 +86,12 @@ impl Widgets {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         Process::spawn(
             hello_plugin_command(&self.kplug, name, &token)
-                .args(["--api", "widgets.test.kplug.io/v1", "--interval", "1"])
+                .args([
+                    "--api",
+                    "widgets.test.kplug.io/v1",
+                    "--heartbeat-interval",
+                    "1",
+                ])
                 .args(["--implementation", implementation])
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit()),
