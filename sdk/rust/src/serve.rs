@@ -3,9 +3,8 @@
 use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use kplug_proto::v1alpha1 as proto;
@@ -13,8 +12,9 @@ use kplug_proto::v1alpha1::plugin_server::{Plugin as PluginService, PluginServer
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinError;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -234,14 +234,14 @@ impl<P: Plugin> Server<P> {
             .add_service(health_service)
             .add_service(service);
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut server = Task(tokio::spawn(router.serve_with_incoming_shutdown(
+        let mut server = AbortOnDropHandle::new(tokio::spawn(router.serve_with_incoming_shutdown(
             incoming,
             async {
                 let _ = drained.await;
             },
         )));
         let (stop_heartbeats, heartbeats_stopped) = oneshot::channel::<()>();
-        let mut heartbeats = Task(tokio::spawn(
+        let mut heartbeats = AbortOnDropHandle::new(tokio::spawn(
             heartbeater
                 .run(async {
                     let _ = heartbeats_stopped.await;
@@ -317,24 +317,6 @@ fn flatten<T, E>(
         Ok(Ok(_)) => Ok(()),
         Ok(Err(error)) => Err(wrap(error)),
         Err(error) => Err(Error::Task(error)),
-    }
-}
-
-/// A spawned task that is cancelled when dropped, so nothing the SDK starts
-/// outlives the future that started it.
-struct Task<T>(JoinHandle<T>);
-
-impl<T> Future for Task<T> {
-    type Output = Result<T, JoinError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl<T> Drop for Task<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -426,7 +408,7 @@ impl<P: Plugin> Service<P> {
         let plugin = Arc::clone(&self.plugin);
         // Its own task, so a panic unwinds that task only; dropped (on a
         // timeout or when the caller goes away), it cancels the call.
-        let task = Task(tokio::spawn(
+        let task = AbortOnDropHandle::new(tokio::spawn(
             async move {
                 match operation {
                     Operation::Reconcile => plugin.reconcile(request).await,
