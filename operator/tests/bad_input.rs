@@ -5,10 +5,9 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use kplug_test_support::{Lines, Process, output_text, wait_until};
+use kplug_test_support::{output_text, wait_until};
 use support::widgets::Widgets;
 
 #[test]
@@ -52,17 +51,7 @@ fn bad_references_and_resources_are_conditions_and_clear_errors() {
         );
     }
 
-    let mut child = world
-        .operator("widgets.test.kplug.io")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kplug-operator");
-    let log = Lines::new(child.stderr.take().expect("stderr"));
-    let mut running = Process::new(child, "kplug-operator");
-    log.wait_for(Duration::from_secs(30), "the controller", |l| {
-        l.contains("controller started")
-    });
+    let (mut running, log) = world.run_operator(&[]);
 
     let cases = [
         ("plain", "", "True", "Reconciled"),

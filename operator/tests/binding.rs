@@ -5,28 +5,16 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use kplug_test_support::{Lines, Process, wait_until};
+use kplug_test_support::wait_until;
 use support::widgets::Widgets;
 
 #[test]
 fn follow_selection_moves_an_object_to_its_preferred_implementation() {
     let world = Widgets::start();
     let _first = world.plugin("widgets-a", "Alpha");
-    let mut child = world
-        .operator("widgets.test.kplug.io")
-        .args(["--binding", "FollowSelection"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kplug-operator");
-    let log = Lines::new(child.stderr.take().expect("stderr"));
-    let _operator = Process::new(child, "kplug-operator");
-    log.wait_for(Duration::from_secs(30), "the controller", |l| {
-        l.contains("controller started")
-    });
+    let _operator = world.run_operator(&["--binding", "FollowSelection"]);
 
     let served_by = |implementation: &str, reason: &str, generation: u64| {
         wait_until(
@@ -57,17 +45,7 @@ fn follow_selection_moves_an_object_to_its_preferred_implementation() {
 fn a_sticky_object_rebinds_only_when_its_binding_is_cleared() {
     let world = Widgets::start();
     let _first = world.plugin("widgets-a", "Alpha");
-    let mut child = world
-        .operator("widgets.test.kplug.io")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kplug-operator");
-    let log = Lines::new(child.stderr.take().expect("stderr"));
-    let _operator = Process::new(child, "kplug-operator");
-    log.wait_for(Duration::from_secs(30), "the controller", |l| {
-        l.contains("controller started")
-    });
+    let _operator = world.run_operator(&[]);
     let served = |implementation: &str, generation: u64| {
         wait_until(
             &format!("generation {generation} served by {implementation}"),

@@ -25,6 +25,7 @@ pub mod postgres;
 mod process;
 pub mod report;
 mod standalone;
+mod widgets;
 mod workspace;
 
 pub use control_plane::ControlPlane;
@@ -34,4 +35,5 @@ pub use kubectl::{KUBECTL, kubectls};
 pub use plugins::{hello_plugin, hello_plugin_command, plugin_identity};
 pub use process::{Lines, Process, free_port, output_text, wait_until};
 pub use standalone::StandaloneKplug;
+pub use widgets::widget_crd;
 pub use workspace::{repo_root, target_binary, workspace_binary};

@@ -76,26 +76,8 @@ const NAMESPACE: &str = "bench";
 /// The raw API runs' namespace, which the operator does not watch.
 const BASELINE_NAMESPACE: &str = "baseline";
 const PLUGIN: &str = "bench-hello";
-const CRD: &str = r"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.bench.kplug.io}
-spec:
-  group: bench.kplug.io
-  scope: Namespaced
-  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: v1
+/// The namespaces of the run, beside the CRD `widget_crd(GROUP)`.
+const NAMESPACES: &str = r"apiVersion: v1
 kind: Namespace
 metadata: {name: bench}
 ---
@@ -153,7 +135,8 @@ fn main() -> Result<()> {
         &["--min-heartbeat-interval", "1s", "--log", "info"],
     );
     eprintln!("kplug (pid {}) serves behind its APIService", kplug.pid());
-    cluster.apply(CRD);
+    cluster.apply(&kplug_test_support::widget_crd(GROUP));
+    cluster.apply(NAMESPACES);
     cluster.kubectl_ok(&[
         "wait",
         "--for=condition=Established",

@@ -4,33 +4,16 @@
 //! hello plugins serving widgets.
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, Process, hello_plugin_command, output_text, plugin_identity,
-    workspace_binary,
+    AggregatedKplug, ControlPlane, Lines, Process, hello_plugin_command, output_text,
+    plugin_identity, widget_crd, workspace_binary,
 };
 use serde_json::Value;
 
-pub const CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.test.kplug.io}
-spec:
-  group: test.kplug.io
-  scope: Namespaced
-  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
+/// A resource without a status subresource, which the operator refuses.
+const GADGETS: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: gadgets.test.kplug.io}
@@ -64,7 +47,8 @@ impl Widgets {
         let cluster = ControlPlane::start(work.path().join("cp"));
         let kplug =
             AggregatedKplug::start(&cluster, work.path(), &["--min-heartbeat-interval", "1s"]);
-        cluster.apply(CRDS);
+        cluster.apply(&widget_crd("test.kplug.io"));
+        cluster.apply(GADGETS);
         for crd in ["widgets", "gadgets"] {
             cluster.kubectl_ok(&[
                 "wait",
@@ -116,6 +100,24 @@ impl Widgets {
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         command
+    }
+
+    /// Runs `kplug-operator` for widgets with `extra` flags until dropped,
+    /// once its controller has started.
+    pub fn run_operator(&self, extra: &[&str]) -> (Process, Lines) {
+        let mut child = self
+            .operator("widgets.test.kplug.io")
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kplug-operator");
+        let log = Lines::new(child.stderr.take().expect("stderr"));
+        let operator = Process::new(child, "kplug-operator");
+        log.wait_for(Duration::from_secs(30), "the controller", |l| {
+            l.contains("controller started")
+        });
+        (operator, log)
     }
 
     /// `kubectl apply` of the Widget `default/NAME` with `spec`, a YAML flow mapping's content.
