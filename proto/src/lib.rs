@@ -1,4 +1,7 @@
-//! kplug's gRPC contract, generated from `proto/kplug/v1alpha1/*.proto`.
+//! kplug's gRPC contract, generated from `proto/kplug/v1alpha1/*.proto`,
+//! and the trace context that travels with its calls.
+
+pub mod trace;
 
 /// Version `v1alpha1` of the contract.
 pub mod v1alpha1 {
