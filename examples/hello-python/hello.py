@@ -6,7 +6,13 @@ See ``python hello.py --help`` for the flags, which all have ``KPLUG_*``
 environment variable fallbacks.
 """
 
+import argparse
+import logging
+import os
+
 import kplug
+
+_log = logging.getLogger("hello")
 
 
 class Hello(kplug.Plugin):
@@ -17,10 +23,34 @@ class Hello(kplug.Plugin):
     implementation = "Hello"
     version = "0.1.0"
 
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        # The example's own flags, as hello-rust has them; the SDK's come from kplug.run.
+        parser.add_argument(
+            "--api",
+            default=os.environ.get("KPLUG_API", self.api),
+            help="the custom resource served, as resource.group/version (env KPLUG_API; default: %(default)s)",
+        )
+        parser.add_argument(
+            "--implementation",
+            default=os.environ.get("KPLUG_IMPLEMENTATION", self.implementation),
+            help="the implementation's name (env KPLUG_IMPLEMENTATION; default: %(default)s)",
+        )
+
+    def configure(self, args: argparse.Namespace) -> None:
+        self.api = args.api
+        self.implementation = args.implementation
+
     def reconcile(self, request: kplug.Request) -> kplug.Outcome:
         # Greeting changes nothing, so a dry run is answered the same way.
         greeting = f"hello, {request.name}"
-        return kplug.Outcome.success("Greeted", greeting, object_status={"greeting": greeting})
+        # Logged while the SDK handles the call, so the record carries
+        # operation_id and trace_id (kplug.run's format prints them).
+        _log.info("greeting %s", request.name)
+        status = {"greeting": greeting}
+        # Reports the trace id it was called with, only when there was one.
+        if request.trace_id:
+            status["traceID"] = request.trace_id
+        return kplug.Outcome.success("Greeted", greeting, object_status=status)
 
     def finalize(self, request: kplug.Request) -> kplug.Outcome:
         return kplug.Outcome.success("Goodbye", f"goodbye, {request.name}")

@@ -15,6 +15,8 @@ from kplug.testing import FakeRegistry, PluginClient
 
 HELLO = Path(__file__).resolve().parent.parent / "hello.py"
 WORLD = {"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "world", "namespace": "default"}}
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
 
 def load_hello() -> ModuleType:
@@ -41,6 +43,16 @@ def test_reconcile_greets_and_finalize_says_goodbye() -> None:
         assert goodbye.results == [kplug.Result("Goodbye", "goodbye, world")]
 
 
+def test_reports_the_trace_id_it_was_called_with() -> None:
+    hello = load_hello()
+    config = kplug.Config(registry=None, listen="127.0.0.1:0")
+    with kplug.serve(hello.Hello(), config) as server, PluginClient(server.address) as client:
+        traced = client.reconcile(WORLD, traceparent=TRACEPARENT)
+        assert traced.object_status == {"greeting": "hello, world", "traceID": TRACE_ID}
+        # An invalid trace context is no trace context.
+        assert client.reconcile(WORLD, traceparent=TRACEPARENT.upper()).object_status == {"greeting": "hello, world"}
+
+
 def test_runs_registers_and_stops_on_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "hello.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
@@ -60,6 +72,11 @@ def test_runs_registers_and_stops_on_sigterm(tmp_path: Path) -> None:
             )
             with PluginClient(heartbeat.address) as client:
                 assert client.reconcile(WORLD).object_status == {"greeting": "hello, world"}
+                traced = client.reconcile(WORLD, operation_id="op-traced", traceparent=TRACEPARENT)
+                assert traced.object_status == {"greeting": "hello, world", "traceID": TRACE_ID}
+            # Its line for the call, written before the answer, carries the ids.
+            greetings = [line for line in log.read_text().splitlines() if line.endswith(": greeting world")]
+            assert any(f"operation_id=op-traced trace_id={TRACE_ID}:" in line for line in greetings), greetings
             process.send_signal(signal.SIGTERM)
             assert process.wait(15) == 0
         finally:
@@ -68,3 +85,34 @@ def test_runs_registers_and_stops_on_sigterm(tmp_path: Path) -> None:
                 process.wait(5)
         assert registry.wait_for_deregistration(timeout=0).address == heartbeat.address
     assert "received SIGTERM" in log.read_text()
+
+
+def test_api_and_implementation_come_from_its_flags_or_environment(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
+    environ["KPLUG_IMPLEMENTATION"] = "FromEnvironment"
+    with FakeRegistry() as registry, (tmp_path / "hello.log").open("wb") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(HELLO),
+                "--registry",
+                registry.address,
+                "--listen",
+                "127.0.0.1:0",
+                "--api",
+                "widgets.test.kplug.io/v2",
+            ],
+            stderr=stderr,
+            env=environ,
+        )
+        try:
+            heartbeat = registry.wait_for_heartbeats(1).pop().request
+            assert heartbeat.implementation == "FromEnvironment"
+            assert (heartbeat.api.group, heartbeat.api.resource, heartbeat.api.version) == (
+                "test.kplug.io",
+                "widgets",
+                "v2",
+            )
+        finally:
+            process.terminate()
+            process.wait(15)

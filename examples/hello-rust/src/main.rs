@@ -3,6 +3,7 @@
 //! It serves kplug's Plugin service and heartbeats into kplug's registry
 //! until Ctrl-C or SIGTERM, then deregisters and finishes in-flight calls.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -82,9 +83,17 @@ impl Plugin for Hello {
             return Outcome::failure("InvalidObject", "metadata.name is missing");
         };
         let greeting = format!("hello, {name}");
+        // Logged inside the SDK's span for the call, so the line carries
+        // operation_id and, when kplug sent a trace context, trace_id.
+        tracing::info!(%greeting, dry_run = request.dry_run, "greeting");
+        let mut status = json!({ "greeting": greeting });
+        // Reports the trace id it was called with, only when there was one.
+        if let Some(trace_id) = request.trace_id() {
+            status["traceID"] = trace_id.into();
+        }
         Outcome::success()
             .result(Severity::Normal, "Greeted", &greeting)
-            .object_status(json!({ "greeting": greeting }))
+            .object_status(status)
     }
 
     async fn finalize(&self, request: Request) -> Outcome {
@@ -98,9 +107,13 @@ impl Plugin for Hello {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The default format prints the fields of the SDK's span for each call
+    // (operation, operation_id, trace_id, object) before every line.
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colours for people at a terminal, plain text for log collectors.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     let mut info = PluginInfo::new("hello", args.api)
@@ -114,4 +127,44 @@ async fn main() -> anyhow::Result<()> {
     kplug_sdk::serve(hello, info, args.kplug)
         .await
         .context("serving the hello plugin")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kplug_sdk::TraceParent;
+
+    fn hello() -> Hello {
+        Hello {
+            faults: Faults {
+                delay_ms: 0,
+                fail_with: None,
+                panic: false,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn reports_the_trace_id_only_when_there_is_one() {
+        let request = Request::new(json!({"metadata": {"name": "ada"}}));
+        let outcome = hello().reconcile(request.clone()).await;
+        assert_eq!(
+            outcome.object_status,
+            Some(json!({"greeting": "hello, ada"}))
+        );
+
+        let trace_parent: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .expect("valid");
+        let outcome = hello()
+            .reconcile(request.with_trace_parent(trace_parent))
+            .await;
+        assert_eq!(
+            outcome.object_status,
+            Some(json!({
+                "greeting": "hello, ada",
+                "traceID": "4bf92f3577b34da6a3ce929d0e0e4736",
+            }))
+        );
+    }
 }

@@ -37,6 +37,55 @@
 //! }
 //! ```
 //!
+//! # Trace context: the trace id of a call
+//!
+//! kplug sends every Reconcile and Finalize with the W3C trace context as
+//! gRPC metadata (`traceparent`, e.g.
+//! `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`), the same
+//! trace id that kplug and the operator that asked for the reconcile log.
+//! The SDK parses it into [`Request::trace_parent`];
+//! [`Request::trace_id`] gives the id as 32 hex digits. Missing or invalid
+//! metadata gives `None` and never fails the call.
+//!
+//! The call runs inside a `tracing` span named `call` with the fields
+//! `operation`, `operation_id`, `trace_id` (only when kplug sent one),
+//! `object` and `dry_run`, so with a subscriber that prints span fields
+//! (`tracing_subscriber::fmt()` does by default) every line the SDK and the
+//! plugin log during the call carries the ids:
+//!
+//! ```text
+//! INFO call{operation="Reconcile" operation_id=0f5c… trace_id=4bf92f3577b34da6a3ce929d0e0e4736 object="ada" dry_run=false}: hello_plugin: greeting …
+//! ```
+//!
+//! ```
+//! use kplug_sdk::{Outcome, Plugin, Request};
+//! use serde_json::json;
+//!
+//! struct Traced;
+//!
+//! impl Plugin for Traced {
+//!     async fn reconcile(&self, request: Request) -> Outcome {
+//!         // Inside the call's span: this line carries trace_id and operation_id.
+//!         tracing::info!(name = request.name(), "reconciling");
+//!         let mut status = json!({ "operationID": request.operation_id() });
+//!         if let Some(trace_id) = request.trace_id() {
+//!             status["traceID"] = trace_id.into();
+//!         }
+//!         Outcome::success().object_status(status)
+//!     }
+//!
+//!     async fn finalize(&self, _request: Request) -> Outcome {
+//!         Outcome::success()
+//!     }
+//! }
+//! ```
+//!
+//! Tasks the plugin spawns leave the span unless they take it along
+//! (`tokio::spawn(work.in_current_span())` with [`tracing::Instrument`]). To
+//! continue the trace in calls of its own, a plugin sends
+//! [`TraceParent::child`] of [`Request::trace_parent`] as their
+//! `traceparent`.
+//!
 //! # Heartbeating into kplug in cluster mode
 //!
 //! kplug's standalone registry takes plain gRPC (`http://`) from anyone on
@@ -89,6 +138,8 @@ pub use heartbeat::{Heartbeater, Status};
 pub use info::{ApiRef, Extension, PluginInfo};
 /// The generated gRPC contract, for plugins that need more than the SDK wraps.
 pub use kplug_proto as proto;
+/// The W3C trace context a call came with; see [`Request::trace_parent`].
+pub use kplug_proto::trace::{TRACEPARENT, TraceParent, TraceParentError};
 pub use plugin::{
     Condition, ConditionStatus, ObjectRef, Outcome, Plugin, Request, ResultEntry, Severity,
 };

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use kplug_proto::trace::TraceParent;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -66,6 +67,10 @@ pub trait Plugin: Send + Sync + 'static {
 pub struct Request {
     /// Unique per request; use it to correlate logs and de-duplicate retries.
     pub operation_id: String,
+    /// The W3C trace context kplug sent with the call as `traceparent`
+    /// gRPC metadata; `None` when it sent none or one that is not valid
+    /// (which never fails the call). See [`trace_id`](Self::trace_id).
+    pub trace_parent: Option<TraceParent>,
     /// When true the plugin must not change anything, only report what it
     /// would do.
     pub dry_run: bool,
@@ -84,6 +89,7 @@ impl Request {
     pub fn new(object: Value) -> Self {
         Self {
             operation_id: String::new(),
+            trace_parent: None,
             dry_run: false,
             object,
             extensions: Vec::new(),
@@ -117,6 +123,34 @@ impl Request {
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
+    }
+
+    /// Sets the trace context, as if kplug had sent it.
+    #[must_use]
+    pub fn with_trace_parent(mut self, trace_parent: TraceParent) -> Self {
+        self.trace_parent = Some(trace_parent);
+        self
+    }
+
+    /// The operation id: unique per request; kplug logs it too.
+    pub fn operation_id(&self) -> &str {
+        &self.operation_id
+    }
+
+    /// The trace context the call came with, if a valid one; pass
+    /// [`TraceParent::child`] on as `traceparent` to continue the trace in
+    /// calls the plugin makes itself.
+    pub fn trace_parent(&self) -> Option<&TraceParent> {
+        self.trace_parent.as_ref()
+    }
+
+    /// The id of the trace the call belongs to, as 32 lowercase hex digits
+    /// (e.g. `4bf92f3577b34da6a3ce929d0e0e4736`), the same id kplug and the
+    /// operator log; `None` when the call came without a valid
+    /// `traceparent`. The SDK already puts it (as `trace_id`) on the span
+    /// the call runs in.
+    pub fn trace_id(&self) -> Option<String> {
+        self.trace_parent.as_ref().map(TraceParent::trace_id)
     }
 
     /// The object's `metadata.name`.
@@ -500,6 +534,23 @@ mod tests {
         assert!(soon.remaining().unwrap() > Duration::from_secs(50));
         let past = request.with_deadline(Instant::now() - Duration::from_millis(1));
         assert_eq!(past.remaining(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn trace_context() {
+        let request = request().with_operation_id("op-7");
+        assert_eq!(request.operation_id(), "op-7");
+        assert_eq!(request.trace_parent(), None);
+        assert_eq!(request.trace_id(), None);
+        let parent: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap();
+        let traced = request.with_trace_parent(parent);
+        assert_eq!(traced.trace_parent(), Some(&parent));
+        assert_eq!(
+            traced.trace_id().as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
     }
 
     #[test]

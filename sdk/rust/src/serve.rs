@@ -7,6 +7,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kplug_proto::v1alpha1 as proto;
 use kplug_proto::v1alpha1::plugin_server::{Plugin as PluginService, PluginServer};
 use serde_json::Value;
@@ -390,21 +391,38 @@ impl<P: Plugin> Service<P> {
             .get("grpc-timeout")
             .and_then(|value| value.to_str().ok())
             .and_then(parse_grpc_timeout);
+        let trace_parent = trace_parent(request.metadata());
         let message = request.into_inner();
         let field = message
             .timeout
             .and_then(|timeout| Duration::try_from(timeout).ok());
         let timeout = shorter(header, field.filter(|t| !t.is_zero()));
         let deadline = timeout.and_then(|timeout| deadline(arrival, timeout));
-        let request = decode(message, deadline)?;
+        let mut request = decode(message, deadline)?;
+        let ignored_trace_parent = match trace_parent {
+            Ok(trace_parent) => {
+                request.trace_parent = trace_parent;
+                None
+            }
+            Err(reason) => Some(reason),
+        };
 
+        // Every line logged for the call, the plugin's own included, carries
+        // the operation id and, when kplug sent one, the trace id.
         let span = info_span!(
             "call",
             operation = operation.as_str(),
             operation_id = %request.operation_id,
+            trace_id = request
+                .trace_parent
+                .as_ref()
+                .map(|trace_parent| tracing::field::display(trace_parent.trace_id())),
             object = request.name().unwrap_or_default(),
             dry_run = request.dry_run,
         );
+        if let Some(reason) = ignored_trace_parent {
+            debug!(parent: &span, %reason, "ignoring the traceparent metadata");
+        }
         let plugin = Arc::clone(&self.plugin);
         // Its own task, so a panic unwinds that task only; dropped (on a
         // timeout or when the caller goes away), it cancels the call.
@@ -450,6 +468,26 @@ impl<P: Plugin> Service<P> {
         debug!(parent: &span, success = outcome.success, results = outcome.results.len(), "answered");
         encode(outcome)
     }
+}
+
+/// The call's `traceparent` metadata: `Ok(None)` without one, `Err` with
+/// why when it is not a single valid W3C `traceparent`. Either way the call
+/// goes ahead; only the trace id is missing from it.
+fn trace_parent(metadata: &tonic::metadata::MetadataMap) -> Result<Option<TraceParent>, String> {
+    let mut values = metadata.get_all(TRACEPARENT).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        // What a combined header would be: invalid.
+        return Err("more than one traceparent".to_owned());
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| "traceparent is not visible ASCII".to_owned())?;
+    text.parse()
+        .map(Some)
+        .map_err(|error: kplug_proto::trace::TraceParentError| error.to_string())
 }
 
 /// The shorter of two optional timeouts.
@@ -501,6 +539,7 @@ fn decode(
         .collect::<Result<_, _>>()?;
     Ok(Request {
         operation_id: message.operation_id,
+        trace_parent: None,
         dry_run: message.dry_run,
         object,
         extensions,
@@ -744,6 +783,32 @@ mod tests {
                 "{bad:?} should be rejected"
             );
         }
+    }
+
+    #[test]
+    fn traceparent_metadata() {
+        const EXAMPLE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        assert_eq!(trace_parent(&metadata), Ok(None));
+        metadata.insert(TRACEPARENT, EXAMPLE.parse().unwrap());
+        let parsed = trace_parent(&metadata).unwrap().unwrap();
+        assert_eq!(parsed.to_string(), EXAMPLE);
+        metadata.append(TRACEPARENT, EXAMPLE.parse().unwrap());
+        assert_eq!(
+            trace_parent(&metadata),
+            Err("more than one traceparent".to_owned())
+        );
+        metadata.insert(TRACEPARENT, "00-nope".parse().unwrap());
+        assert!(
+            trace_parent(&metadata)
+                .unwrap_err()
+                .contains("lowercase hex")
+        );
+        metadata.insert(
+            TRACEPARENT,
+            tonic::metadata::MetadataValue::try_from(&b"00-\xff"[..]).unwrap(),
+        );
+        assert!(trace_parent(&metadata).is_err());
     }
 
     #[test]

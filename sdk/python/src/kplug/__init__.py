@@ -29,14 +29,20 @@ handle, for tests and for applications that manage their own lifecycle;
 Calls are served by grpcio's synchronous server from a thread pool, so
 ``reconcile`` and ``finalize`` are plain methods that may block (on a
 database, say) and may run concurrently for different objects.
+
+kplug sends each call with a W3C trace context; :attr:`Request.trace_id` is
+its trace id, and log records emitted while handling the call carry
+``operation_id`` and ``trace_id`` (:mod:`kplug.logcontext`).
 """
 
 from kplug._version import __version__
 from kplug.config import Config
 from kplug.heartbeat import HeartbeatStatus
+from kplug.logcontext import LogContextFilter
 from kplug.plugin import ApiRef, Extension, Plugin
 from kplug.runner import run
 from kplug.server import SDK, ServeError, Server, serve
+from kplug.trace import TraceParent
 from kplug.types import Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "Extension",
     "HeartbeatStatus",
     "JsonObject",
+    "LogContextFilter",
     "ObjectRef",
     "Operation",
     "Outcome",
@@ -56,6 +63,7 @@ __all__ = [
     "ServeError",
     "Server",
     "Severity",
+    "TraceParent",
     "__version__",
     "run",
     "serve",

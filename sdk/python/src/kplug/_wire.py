@@ -28,8 +28,11 @@ def decode_request(
     operation: Operation,
     message: plugin_pb2.ReconcileRequest,
     rpc_time_remaining: float | None,
+    traceparent: str | None = None,
 ) -> Request:
     """The :class:`Request` for ``message``; ``rpc_time_remaining`` is the gRPC deadline, if any.
+
+    ``traceparent`` is the call's valid trace context, if any.
 
     Raises :class:`InvalidRequestError` when the object or an extension is not a JSON object.
     """
@@ -43,6 +46,7 @@ def decode_request(
         extensions=[decode_json_object(e, f"extensions[{i}]") for i, e in enumerate(message.extensions)],
         timeout=timeout,
         deadline=time.monotonic() + min(budgets) if budgets else None,
+        traceparent=traceparent,
     )
 
 

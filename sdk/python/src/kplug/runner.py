@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from kplug.config import add_arguments, from_arguments
+from kplug.logcontext import LOG_FORMAT, LogContextFilter
 from kplug.plugin import Plugin
 from kplug.server import ServeError, serve
 
@@ -26,7 +27,9 @@ def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
     Parses the command line (``argv``, default ``sys.argv[1:]``; see
     :mod:`kplug.config` for the flags and their environment variables) along
     with the plugin's own flags (:meth:`Plugin.add_arguments`), sets up
-    logging to stderr, serves the plugin and heartbeats into kplug.
+    logging to stderr (unless the application did; each line carries the
+    ``operation_id`` and ``trace_id`` of the call it belongs to, see
+    :mod:`kplug.logcontext`), serves the plugin and heartbeats into kplug.
 
     On the first SIGTERM or SIGINT it stops heartbeating, deregisters, and
     lets in-flight calls finish within ``--drain-timeout``; a second signal
@@ -60,12 +63,17 @@ def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
 
 
 def _configure_logging(level: str) -> None:
-    """Logs to stderr unless the application configured logging already."""
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Logs to stderr unless the application configured logging already.
+
+    Each line carries the operation id and trace id of the call it was
+    logged for (``-`` outside calls): see :mod:`kplug.logcontext`.
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    logging.basicConfig(level=level, stream=sys.stderr, format=LOG_FORMAT)
+    for handler in root.handlers:
+        handler.addFilter(LogContextFilter())
 
 
 class _ShutdownSignals:

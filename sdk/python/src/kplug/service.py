@@ -7,8 +7,10 @@ import logging
 import grpc
 
 from kplug._wire import InvalidRequestError, decode_request, encode_outcome
+from kplug.logcontext import call_context
 from kplug.plugin import Plugin
 from kplug.proto import plugin_pb2, plugin_pb2_grpc
+from kplug.trace import TRACEPARENT, TraceParent, TraceParentError
 from kplug.types import Operation, Outcome, Request
 
 _log = logging.getLogger(__name__)
@@ -24,6 +26,10 @@ class PluginService(plugin_pb2_grpc.PluginServicer):
     - An exception from the plugin (or an outcome that does not fit the wire)
       is logged with its traceback and answered with ``INTERNAL`` carrying
       its message; the server keeps serving.
+    - A ``traceparent`` in the call's metadata becomes
+      :attr:`Request.traceparent` when valid and is ignored otherwise. The
+      call is handled inside :func:`kplug.logcontext.call_context`, so log
+      records (the plugin's too) carry its operation id and trace id.
     """
 
     def __init__(self, plugin: Plugin) -> None:
@@ -45,18 +51,25 @@ class PluginService(plugin_pb2_grpc.PluginServicer):
         message: plugin_pb2.ReconcileRequest,
         context: grpc.ServicerContext,
     ) -> plugin_pb2.ReconcileResponse:
-        try:
-            request = decode_request(operation, message, context.time_remaining())
-        except InvalidRequestError as error:
-            _log.warning("rejected %s %s: %s", operation, message.operation_id or "(no operation id)", error)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        subject = _describe(request)
-        if request.time_remaining() == 0:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{operation} of {subject} arrived after its deadline")
-        try:
-            return self._handle(request, subject)
-        except _PluginError as error:
-            context.abort(grpc.StatusCode.INTERNAL, str(error))
+        values = [value for key, value in context.invocation_metadata() if key == TRACEPARENT]
+        traceparent, problem = _traceparent(values)
+        with call_context(message.operation_id, traceparent.trace_id if traceparent else None):
+            if problem:
+                _log.debug("ignoring the traceparent metadata: %s", problem)
+            try:
+                request = decode_request(
+                    operation, message, context.time_remaining(), str(traceparent) if traceparent else None
+                )
+            except InvalidRequestError as error:
+                _log.warning("rejected %s %s: %s", operation, message.operation_id or "(no operation id)", error)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            subject = _describe(request)
+            if request.time_remaining() == 0:
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{operation} of {subject} arrived after its deadline")
+            try:
+                return self._handle(request, subject)
+            except _PluginError as error:
+                context.abort(grpc.StatusCode.INTERNAL, str(error))
 
     def _handle(self, request: Request, subject: str) -> plugin_pb2.ReconcileResponse:
         """Calls the plugin; its failures become :class:`_PluginError`."""
@@ -84,6 +97,23 @@ class PluginService(plugin_pb2_grpc.PluginServicer):
 
 class _PluginError(Exception):
     """The plugin raised, or answered with something that is not a valid outcome."""
+
+
+def _traceparent(values: list[str | bytes]) -> tuple[TraceParent | None, str | None]:
+    """The trace context of a call's ``traceparent`` metadata values, or why there is none usable."""
+    if not values:
+        return None, None
+    if len(values) > 1:
+        # What a combined header would be: invalid. (grpc-core currently
+        # hands on only the last of several values.)
+        return None, "more than one traceparent"
+    value = values[0]
+    if not isinstance(value, str):
+        return None, "traceparent is not text"
+    try:
+        return TraceParent.parse(value), None
+    except TraceParentError as error:
+        return None, str(error)
 
 
 def _describe(request: Request) -> str:

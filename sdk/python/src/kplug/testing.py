@@ -33,6 +33,7 @@ import grpc
 
 from kplug._wire import decode_outcome, encode_json, seconds_duration
 from kplug.proto import PROTOCOL_VERSION, plugin_pb2, plugin_pb2_grpc, registry_pb2, registry_pb2_grpc
+from kplug.trace import TRACEPARENT
 from kplug.types import Operation, Outcome
 
 #: Decides the registry's answer to a heartbeat: a response, or a status code
@@ -254,9 +255,14 @@ class PluginClient:
         dry_run: bool = False,
         timeout: float = 30.0,
         operation_id: str | None = None,
+        traceparent: str | None = None,
     ) -> Outcome:
-        """Calls Reconcile with ``obj`` and its ``extensions``; raises :class:`grpc.RpcError` on errors."""
-        return self.call(Operation.RECONCILE, request(obj, extensions, dry_run, timeout, operation_id), timeout)
+        """Calls Reconcile with ``obj`` and its ``extensions``; raises :class:`grpc.RpcError` on errors.
+
+        ``traceparent`` is sent as the call's ``traceparent`` metadata, as kplug does.
+        """
+        message = request(obj, extensions, dry_run, timeout, operation_id)
+        return self.call(Operation.RECONCILE, message, timeout, traceparent=traceparent)
 
     def finalize(
         self,
@@ -266,14 +272,30 @@ class PluginClient:
         dry_run: bool = False,
         timeout: float = 30.0,
         operation_id: str | None = None,
+        traceparent: str | None = None,
     ) -> Outcome:
-        """Calls Finalize with ``obj`` and its ``extensions``; raises :class:`grpc.RpcError` on errors."""
-        return self.call(Operation.FINALIZE, request(obj, extensions, dry_run, timeout, operation_id), timeout)
+        """Calls Finalize with ``obj`` and its ``extensions``; raises :class:`grpc.RpcError` on errors.
 
-    def call(self, operation: Operation, message: plugin_pb2.ReconcileRequest, timeout: float = 30.0) -> Outcome:
-        """Sends a prepared request, e.g. one with deliberately broken JSON."""
+        ``traceparent`` is sent as the call's ``traceparent`` metadata, as kplug does.
+        """
+        message = request(obj, extensions, dry_run, timeout, operation_id)
+        return self.call(Operation.FINALIZE, message, timeout, traceparent=traceparent)
+
+    def call(
+        self,
+        operation: Operation,
+        message: plugin_pb2.ReconcileRequest,
+        timeout: float = 30.0,
+        *,
+        traceparent: str | None = None,
+    ) -> Outcome:
+        """Sends a prepared request, e.g. one with deliberately broken JSON.
+
+        ``traceparent`` is sent as ``traceparent`` metadata.
+        """
         method = self.stub.Reconcile if operation is Operation.RECONCILE else self.stub.Finalize
-        return decode_outcome(method(message, timeout=timeout))
+        metadata = None if traceparent is None else [(TRACEPARENT, traceparent)]
+        return decode_outcome(method(message, timeout=timeout, metadata=metadata))
 
     def close(self) -> None:
         self.channel.close()

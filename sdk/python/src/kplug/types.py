@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from kplug.trace import parse_traceparent
+
 #: A JSON object as decoded by :mod:`json`: integers of any size, nested
 #: objects and arrays, ``None`` for ``null``.
 JsonObject = dict[str, Any]
@@ -71,6 +73,20 @@ class Request:
     #: The :func:`time.monotonic` instant by which to answer: the earlier of
     #: ``timeout`` and the gRPC deadline. ``None`` when neither is set.
     deadline: float | None = None
+    #: The W3C trace context kplug sent as ``traceparent`` gRPC metadata, as
+    #: version ``00`` (e.g. ``00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01``);
+    #: ``None`` when it sent none or one that is not valid (which never fails the call).
+    traceparent: str | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        """The id of the trace the call belongs to: 32 lowercase hex digits, or ``None``.
+
+        The same id kplug and the operator log; the SDK's log records for the
+        call carry it as ``trace_id`` (see :mod:`kplug.logcontext`).
+        """
+        parsed = parse_traceparent(self.traceparent)
+        return parsed.trace_id if parsed else None
 
     @property
     def name(self) -> str:
