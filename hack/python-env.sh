@@ -36,5 +36,7 @@ rm -f "$stamp"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --editable "$root/sdk/python[test]" \
   --editable "$root/examples/database-table/postgresql-plugin[test]" \
-  --editable "$root/examples/python-operator[test]"
+  --editable "$root/examples/python-operator[test]" \
+  `# the Prometheus project's strict OpenMetrics parser, for the Rust tests of /metrics` \
+  "prometheus-client>=0.20"
 echo "$want" >"$stamp"

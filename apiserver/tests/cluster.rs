@@ -6,6 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::{Postgres, venv_python};
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, Process, client_cert, expired_token, free_port, hello_plugin,
@@ -294,6 +295,36 @@ fn kplug_behind_a_real_kube_apiserver() {
     assert!(
         body.contains("cannot list resource \\\"plugins\\\""),
         "{body}"
+    );
+    // /metrics is a non-resource URL, authorized like kube-apiserver's:
+    // 403 without kplug:metrics-reader, the page with it.
+    let scrape_as = |user: &str| {
+        let (_, code, body) = kplug.curl(
+            Some((&front_proxy.0, &front_proxy.1)),
+            &[
+                &format!("X-Remote-User: {user}"),
+                "X-Remote-Group: system:authenticated",
+            ],
+            "/metrics",
+        );
+        (code, body)
+    };
+    let (code, body) = scrape_as("nobody");
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"cannot get path \"/metrics\""#), "{body}");
+    cluster.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "scraper-kplug-metrics",
+        "--clusterrole=kplug:metrics-reader",
+        "--user=scraper",
+    ]);
+    let (code, body) = scrape_as("scraper");
+    assert_eq!(code, 200, "{body}");
+    let page = Samples::parse(&body);
+    assert!(
+        page.sum("apiserver_request_total", &[("code", "403")]) >= 1.0,
+        "the refused scrape is counted: {body}"
     );
     // A front-proxy CA certificate whose CN is not in requestheader-allowed-names: 401.
     let (cert, key) = client_cert(

@@ -16,10 +16,12 @@
 mod control_plane;
 mod credentials;
 mod curl;
+pub mod database_table;
 mod kplug;
 mod kubectl;
 pub mod mariadb;
 pub mod measure;
+pub mod metrics;
 mod plugins;
 pub mod postgres;
 mod process;
@@ -32,7 +34,9 @@ pub use control_plane::ControlPlane;
 pub use credentials::{client_cert, expired_token};
 pub use kplug::{AggregatedKplug, Installation};
 pub use kubectl::{KUBECTL, kubectls};
-pub use plugins::{hello_plugin, hello_plugin_command, plugin_identity};
+pub use plugins::{
+    hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,
+};
 pub use process::{Lines, Process, free_port, output_text, wait_until};
 pub use standalone::StandaloneKplug;
 pub use widgets::widget_crd;

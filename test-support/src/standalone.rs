@@ -46,8 +46,13 @@ impl StandaloneKplug {
     /// `extra` flags, logging `info,kplug_apiserver=debug` to stderr unless
     /// `extra` has `--log`; waits for the serving banner.
     pub fn start_in(state: tempfile::TempDir, extra: &[&str]) -> Self {
+        Self::start_binary_in(&workspace_binary("kplug-apiserver"), state, extra)
+    }
+
+    /// As [`StandaloneKplug::start_in`], with another build of kplug.
+    pub fn start_binary_in(binary: &Path, state: tempfile::TempDir, extra: &[&str]) -> Self {
         let (process, stdout) = Process::spawn_with_stdout(
-            Command::new(workspace_binary("kplug-apiserver"))
+            Command::new(binary)
                 .args(["standalone", "--state-dir"])
                 .arg(state.path())
                 .args(["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])

@@ -1,6 +1,7 @@
 //! The HTTP surface: Kubernetes API endpoints for `plugins.kplug.io`.
 
 pub mod discovery;
+pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
 pub mod plugins;
@@ -52,8 +53,12 @@ pub struct AppState {
     pub reconcile: reconcile::ReconcileSettings,
 }
 
-/// All API routes; anything else is a `404` Status.
-pub fn router(state: AppState, openapi: Arc<openapi::OpenApi>) -> Router {
+/// All API routes and `/metrics`; anything else is a `404` Status.
+pub fn router(
+    state: AppState,
+    openapi: Arc<openapi::OpenApi>,
+    metrics: Arc<prometheus_client::registry::Registry>,
+) -> Router {
     let collection = format!("/apis/{GROUP}/{VERSION}/plugins");
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
     let body_limit = DefaultBodyLimit::max(state.reconcile.max_body_bytes);
@@ -80,5 +85,11 @@ pub fn router(state: AppState, openapi: Arc<openapi::OpenApi>) -> Router {
         .merge(discovery::router())
         .with_state(state)
         .merge(openapi::router(openapi))
+        .route(
+            "/metrics",
+            get(metrics::serve)
+                .fallback(method_not_allowed)
+                .with_state(metrics),
+        )
         .fallback(|| async { ApiError::NoSuchRoute })
 }

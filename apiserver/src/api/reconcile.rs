@@ -9,6 +9,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kplug_proto::v1alpha1 as proto;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -381,12 +382,23 @@ fn status(
     })
 }
 
+/// The caller's trace context; a malformed one is ignored, as the W3C
+/// specification asks, and a new trace starts.
+fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
+    let value = headers.get(TRACEPARENT)?.to_str().ok()?;
+    value
+        .parse()
+        .inspect_err(|error| tracing::debug!(%error, value, "ignoring the traceparent header"))
+        .ok()
+}
+
 /// Selects the plugin, calls it and renders the `201` answer.
 async fn delegate(
     state: AppState,
     mut reconcile: Reconcile,
     warnings: Vec<String>,
     pinned: Option<&str>,
+    trace: Option<TraceParent>,
 ) -> Result<Response, ApiError> {
     let (operation, timeout) = validate(&reconcile, &state.reconcile)?;
     let spec = &reconcile.spec;
@@ -403,6 +415,9 @@ async fn delegate(
         .map_err(select_error)?;
     check_capability(&plugin, operation, spec.dry_run)?;
     let operation_id = uuid::Uuid::new_v4().to_string();
+    // Continue the caller's trace, or start one here; the plugin sees
+    // kplug's own span as its parent.
+    let trace = trace.unwrap_or_else(TraceParent::new_root).child();
     let bytes = |raw: &RawObject| raw.get().as_bytes().to_vec();
     let request = proto::ReconcileRequest {
         operation_id: operation_id.clone(),
@@ -416,11 +431,12 @@ async fn delegate(
         plugin = %plugin.name(),
         operation = operation.as_str(),
         operation_id = %operation_id,
+        trace_id = %trace.trace_id(),
     );
     let started = Instant::now();
     let answer = state
         .proxy
-        .call(&plugin, operation, request, timeout)
+        .call(&plugin, operation, request, timeout, &trace)
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
@@ -459,7 +475,14 @@ pub async fn subresource(
             format!("Invalid value: {pinned:?}: must be empty or {name:?}, the plugin in the path"),
         ));
     }
-    delegate(state, reconcile, warnings, Some(&name)).await
+    delegate(
+        state,
+        reconcile,
+        warnings,
+        Some(&name),
+        trace_parent(&headers),
+    )
+    .await
 }
 
 /// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the plugin.
@@ -487,5 +510,5 @@ pub async fn create(
             Some(_) => {}
         }
     }
-    delegate(state, reconcile, warnings, None).await
+    delegate(state, reconcile, warnings, None, trace_parent(&headers)).await
 }

@@ -23,6 +23,7 @@ use rustls::server::danger::ClientCertVerifier;
 
 use super::attributes::Attributes;
 use super::cache::TtlCache;
+use super::metrics::{AuthMetrics, Cache};
 use super::verifier::{DynamicVerifier, optional_client_auth, roots, verifies};
 use super::{PeerIdentity, User};
 use crate::api::status::ApiError;
@@ -80,6 +81,7 @@ pub struct Delegated {
     tls_verifier: Arc<DynamicVerifier>,
     tokens: TtlCache<[u8; 32], Result<User, String>>,
     decisions: TtlCache<String, Result<(), String>>,
+    metrics: AuthMetrics,
 }
 
 fn json_list(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, String> {
@@ -109,7 +111,13 @@ impl Delegated {
             tls_verifier: Arc::new(DynamicVerifier::new(optional_client_auth(None))),
             tokens: TtlCache::new(CACHE_CAPACITY),
             decisions: TtlCache::new(CACHE_CAPACITY),
+            metrics: AuthMetrics::default(),
         }
+    }
+
+    /// The families this authenticator counts into, to register.
+    pub fn metrics(&self) -> &AuthMetrics {
+        &self.metrics
     }
 
     /// The client certificate verifier the TLS server must use.
@@ -333,7 +341,9 @@ impl Delegated {
     /// Authenticates a bearer token with a (cached) TokenReview.
     pub async fn review_token(&self, token: &str) -> Result<User, ApiError> {
         let key = sha256(token);
-        if let Some(cached) = self.tokens.get(&key) {
+        let cached = self.tokens.get(&key);
+        self.metrics.lookup(Cache::Token, cached.is_some());
+        if let Some(cached) = cached {
             return cached.map_err(ApiError::Unauthorized);
         }
         let review = TokenReview {
@@ -348,6 +358,7 @@ impl Delegated {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
+                self.metrics.review::<(), ()>(Cache::Token, None);
                 tracing::warn!(error = %e, "TokenReview failed");
                 ApiError::Unauthorized(format!(
                     "Unauthorized: the token could not be reviewed: {e}"
@@ -365,6 +376,7 @@ impl Delegated {
                 status.error.map(|e| format!(": {e}")).unwrap_or_default()
             )),
         };
+        self.metrics.review(Cache::Token, Some(&outcome));
         self.tokens
             .insert(key, outcome.clone(), self.settings.token_ttl);
         outcome.map_err(ApiError::Unauthorized)
@@ -380,7 +392,9 @@ impl Delegated {
             return Ok(());
         }
         let key = serde_json::to_string(&(user, attributes)).unwrap_or_default();
-        if let Some(cached) = self.decisions.get(&key) {
+        let cached = self.decisions.get(&key);
+        self.metrics.lookup(Cache::Decision, cached.is_some());
+        if let Some(cached) = cached {
             return cached.map_err(ApiError::Forbidden);
         }
         let (resource_attributes, non_resource_attributes) = match attributes {
@@ -425,6 +439,7 @@ impl Delegated {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
+                self.metrics.review::<(), ()>(Cache::Decision, None);
                 tracing::warn!(error = %e, "SubjectAccessReview failed");
                 ApiError::Internal(format!("authorization check failed: {e}"))
             })?;
@@ -440,6 +455,7 @@ impl Delegated {
                 .insert(key, Err(message.clone()), self.settings.denied_ttl);
             Err(message)
         };
+        self.metrics.review(Cache::Decision, Some(&decision));
         decision.map_err(ApiError::Forbidden)
     }
 }

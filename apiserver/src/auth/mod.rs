@@ -8,6 +8,7 @@
 pub mod attributes;
 pub mod cache;
 pub mod delegated;
+pub mod metrics;
 pub mod verifier;
 
 use std::collections::BTreeMap;

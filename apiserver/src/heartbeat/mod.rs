@@ -1,5 +1,6 @@
 //! Heartbeat ingest: the gRPC `Registry` service that plugins call.
 
+mod metrics;
 mod validate;
 
 use std::sync::Arc;
@@ -13,12 +14,14 @@ use kplug_proto::v1alpha1::{
 };
 use tonic::{Request, Response, Status};
 
+pub use metrics::HeartbeatMetrics;
 pub use validate::{FieldError, Invalid, declaration};
 
 use crate::api::status::ApiError;
 use crate::auth::Attributes;
 use crate::auth::delegated::Delegated;
 use crate::registry::Registry;
+use metrics::Answer;
 
 /// What the server announces it can do, so plugins can adapt.
 const SERVER_CAPABILITIES: &[&str] = &["Deregister"];
@@ -30,6 +33,7 @@ pub struct HeartbeatService {
     /// Cluster mode: who may heartbeat under which name. Without it
     /// (standalone mode, loopback only) callers are trusted.
     auth: Option<Arc<Delegated>>,
+    metrics: HeartbeatMetrics,
 }
 
 fn grpc_status(error: ApiError) -> Status {
@@ -40,9 +44,29 @@ fn grpc_status(error: ApiError) -> Status {
     }
 }
 
+/// The metric answer for a call refused with `status`.
+fn rejection(status: &Status) -> Answer {
+    match status.code() {
+        tonic::Code::Unauthenticated => Answer::Unauthenticated,
+        tonic::Code::PermissionDenied => Answer::Forbidden,
+        tonic::Code::InvalidArgument => Answer::Invalid,
+        _ => Answer::Unavailable,
+    }
+}
+
 impl HeartbeatService {
     pub fn new(registry: Arc<Registry>, auth: Option<Arc<Delegated>>) -> Self {
-        Self { registry, auth }
+        Self {
+            registry,
+            auth,
+            metrics: HeartbeatMetrics::default(),
+        }
+    }
+
+    /// Counts into `metrics` (registered by the caller).
+    pub fn with_metrics(mut self, metrics: HeartbeatMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The identity allowed to heartbeat under `name`, in cluster mode.
@@ -104,51 +128,72 @@ fn server_protocol() -> Protocol {
     }
 }
 
+impl HeartbeatService {
+    /// Takes one heartbeat: the answer for the metrics, and the reply.
+    async fn take(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> (Answer, Result<Response<HeartbeatResponse>, Status>) {
+        let registered_by = match self.authorize(&request, &request.get_ref().name).await {
+            Ok(registered_by) => registered_by,
+            Err(status) => {
+                tracing::info!(plugin = %request.get_ref().name, reason = %status.message(), "heartbeat refused");
+                return (rejection(&status), Err(status));
+            }
+        };
+        let declaration = match declaration(request.into_inner(), &self.registry, registered_by) {
+            Ok(declaration) => declaration,
+            Err(Invalid::Fields(errors)) => {
+                let invalid = Invalid::Fields(errors);
+                tracing::debug!(error = %invalid, "heartbeat rejected");
+                return (
+                    Answer::Invalid,
+                    Err(Status::invalid_argument(invalid.to_string())),
+                );
+            }
+            Err(unsupported @ Invalid::UnsupportedProtocol(_)) => {
+                const REASON: &str = "UnsupportedProtocol";
+                let refusal = self.refusal(
+                    self.registry.effective_interval(None),
+                    REASON,
+                    unsupported.to_string(),
+                );
+                return (Answer::Refused(REASON), Ok(Response::new(refusal)));
+            }
+        };
+        let name = declaration.name.clone();
+        let interval = declaration.interval;
+        match self.registry.heartbeat(declaration, Timestamp::now()) {
+            Ok(accepted) => (
+                Answer::Accepted,
+                Ok(Response::new(HeartbeatResponse {
+                    accepted: true,
+                    reason: String::new(),
+                    message: String::new(),
+                    interval: prost_types::Duration::try_from(accepted.interval).ok(),
+                    ttl: prost_types::Duration::try_from(accepted.ttl).ok(),
+                    uid: accepted.uid,
+                    server_protocol: Some(server_protocol()),
+                })),
+            ),
+            Err(refusal) => {
+                tracing::info!(plugin = %name, reason = refusal.reason(), "heartbeat refused: {refusal}");
+                let reply = self.refusal(interval, refusal.reason(), refusal.to_string());
+                (Answer::Refused(refusal.reason()), Ok(Response::new(reply)))
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl RegistryApi for HeartbeatService {
     async fn heartbeat(
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let registered_by = self.authorize(&request, &request.get_ref().name).await.inspect_err(|status| {
-            tracing::info!(plugin = %request.get_ref().name, reason = %status.message(), "heartbeat refused");
-        })?;
-        let declaration = match declaration(request.into_inner(), &self.registry, registered_by) {
-            Ok(declaration) => declaration,
-            Err(Invalid::Fields(errors)) => {
-                let invalid = Invalid::Fields(errors);
-                tracing::debug!(error = %invalid, "heartbeat rejected");
-                return Err(Status::invalid_argument(invalid.to_string()));
-            }
-            Err(unsupported @ Invalid::UnsupportedProtocol(_)) => {
-                return Ok(Response::new(self.refusal(
-                    self.registry.effective_interval(None),
-                    "UnsupportedProtocol",
-                    unsupported.to_string(),
-                )));
-            }
-        };
-        let name = declaration.name.clone();
-        let interval = declaration.interval;
-        match self.registry.heartbeat(declaration, Timestamp::now()) {
-            Ok(accepted) => Ok(Response::new(HeartbeatResponse {
-                accepted: true,
-                reason: String::new(),
-                message: String::new(),
-                interval: prost_types::Duration::try_from(accepted.interval).ok(),
-                ttl: prost_types::Duration::try_from(accepted.ttl).ok(),
-                uid: accepted.uid,
-                server_protocol: Some(server_protocol()),
-            })),
-            Err(refusal) => {
-                tracing::info!(plugin = %name, reason = refusal.reason(), "heartbeat refused: {refusal}");
-                Ok(Response::new(self.refusal(
-                    interval,
-                    refusal.reason(),
-                    refusal.to_string(),
-                )))
-            }
-        }
+        let (answer, reply) = self.take(request).await;
+        self.metrics.heartbeat(answer);
+        reply
     }
 
     async fn deregister(
@@ -163,6 +208,7 @@ impl RegistryApi for HeartbeatService {
             ));
         }
         let removed = self.registry.deregister(&request.name, &request.address);
+        self.metrics.deregistration(removed);
         if removed {
             tracing::info!(plugin = %request.name, "plugin deregistered");
         }

@@ -3,8 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
 use parking_lot::Mutex;
@@ -13,6 +14,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::registry::{EventType, Registry};
 use crate::v1alpha1::{Operation, Plugin};
+
+mod metrics;
+pub use metrics::ProxyMetrics;
 
 /// Tunables of the proxy.
 #[derive(Clone, Debug)]
@@ -76,6 +80,7 @@ struct Upstream {
 pub struct Proxy {
     config: ProxyConfig,
     upstreams: Mutex<HashMap<String, Upstream>>,
+    metrics: ProxyMetrics,
 }
 
 impl Proxy {
@@ -83,7 +88,14 @@ impl Proxy {
         Self {
             config,
             upstreams: Mutex::new(HashMap::new()),
+            metrics: ProxyMetrics::default(),
         }
+    }
+
+    /// Counts calls into `metrics` (registered by the caller).
+    pub fn with_metrics(mut self, metrics: ProxyMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn config(&self) -> &ProxyConfig {
@@ -129,13 +141,37 @@ impl Proxy {
         self.upstreams.lock().len()
     }
 
-    /// Calls `operation` on `plugin`, waiting at most `timeout`.
+    /// Calls `operation` on `plugin`, waiting at most `timeout`; the plugin
+    /// receives `trace` as its `traceparent`.
     pub async fn call(
         &self,
         plugin: &Plugin,
         operation: Operation,
         request: ReconcileRequest,
         timeout: Duration,
+        trace: &TraceParent,
+    ) -> Result<ReconcileResponse, ProxyError> {
+        let started = Instant::now();
+        let result = self
+            .call_unmeasured(plugin, operation, request, timeout, trace)
+            .await;
+        self.metrics.call(
+            plugin.name(),
+            operation.as_str(),
+            started.elapsed().as_secs_f64(),
+            &result,
+            |answer| answer.success,
+        );
+        result
+    }
+
+    async fn call_unmeasured(
+        &self,
+        plugin: &Plugin,
+        operation: Operation,
+        request: ReconcileRequest,
+        timeout: Duration,
+        trace: &TraceParent,
     ) -> Result<ReconcileResponse, ProxyError> {
         let name = plugin.name().to_owned();
         let upstream = self.upstream(plugin)?;
@@ -151,6 +187,9 @@ impl Proxy {
         // Tells the plugin its deadline (grpc-timeout); the local timeout
         // below also covers a plugin that ignores it.
         grpc_request.set_timeout(timeout);
+        if let Ok(value) = trace.to_string().parse() {
+            grpc_request.metadata_mut().insert(TRACEPARENT, value);
+        }
         let call = async {
             match operation {
                 Operation::Reconcile => client.reconcile(grpc_request).await,
@@ -181,6 +220,7 @@ impl Proxy {
                 match feed.recv().await {
                     Ok(event) if event.event_type == EventType::Deleted => {
                         self.forget(&event.object.spec.address);
+                        self.metrics.forget(event.object.name());
                     }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -292,6 +332,7 @@ mod tests {
                 Operation::Reconcile,
                 ReconcileRequest::default(),
                 Duration::from_secs(5),
+                &TraceParent::new_root(),
             )
             .await
             .expect_err("nothing listens");

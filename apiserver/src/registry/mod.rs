@@ -7,12 +7,13 @@
 
 mod declaration;
 mod history;
+mod metrics;
 mod select;
 
 use std::collections::{BTreeMap, btree_map};
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -23,7 +24,8 @@ use tokio::sync::broadcast;
 pub use declaration::Declaration;
 pub use history::Expired;
 use history::History;
-pub use select::{Implementation, SelectError, compare_versions};
+pub use kplug_api::selection::{Implementation, SelectError, compare_versions};
+pub use metrics::RegistryCollector;
 
 use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginStatus};
 
@@ -226,6 +228,17 @@ pub struct Registry {
     config: RegistryConfig,
     state: RwLock<State>,
     events: broadcast::Sender<Arc<Event>>,
+    /// Registrations removed because their heartbeats stopped.
+    expired: AtomicU64,
+}
+
+/// How many plugins are registered, by readiness, and how many expired
+/// since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    pub ready: usize,
+    pub not_ready: usize,
+    pub expired: u64,
 }
 
 fn signed(duration: Duration) -> SignedDuration {
@@ -244,6 +257,7 @@ impl Registry {
                 history,
             }),
             events,
+            expired: AtomicU64::new(0),
         }
     }
 
@@ -457,6 +471,7 @@ impl Registry {
             if still_expired {
                 tracing::info!(plugin = %name, "plugin expired: no heartbeat within its TTL");
                 self.remove(&mut state, &name);
+                self.expired.fetch_add(1, Ordering::Relaxed);
                 removed += 1;
             }
         }
@@ -611,6 +626,17 @@ impl Registry {
     /// Number of live registrations.
     pub fn len(&self) -> usize {
         self.state.read().plugins.len()
+    }
+
+    /// Counts by readiness, for metrics.
+    pub fn census(&self) -> Census {
+        let state = self.state.read();
+        let ready = state.plugins.values().filter(|e| e.lifecycle.ready).count();
+        Census {
+            ready,
+            not_ready: state.plugins.len() - ready,
+            expired: self.expired.load(Ordering::Relaxed),
+        }
     }
 
     /// True when no plugin is registered.

@@ -19,26 +19,38 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
+use crate::api::metrics::RequestMetrics;
 use crate::api::{self, AppState, openapi::OpenApi};
 use crate::auth::delegated::Delegated;
 use crate::auth::verifier::{optional_client_auth, roots};
 use crate::auth::{self, Auth};
 use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
-use crate::heartbeat::HeartbeatService;
-use crate::proxy::Proxy;
-use crate::registry::Registry;
+use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
+use crate::proxy::{Proxy, ProxyMetrics};
+use crate::registry::{Registry, RegistryCollector};
 use serving_cert::ServingCert;
 
 /// How often expired registrations are collected. Well under the shortest
 /// allowed interval, so expiry is late by at most this much.
 const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 
-/// The HTTP application: probes open to all, the API behind authentication
-/// and authorization.
-pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>) -> Router {
-    let api =
-        api::router(state, openapi).layer(axum::middleware::from_fn_with_state(auth, auth::guard));
-    health::router().merge(api)
+/// The HTTP application: probes open to all, the API and `/metrics` behind
+/// authentication and authorization, every request counted.
+pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>, metrics: &Metrics) -> Router {
+    let api = api::router(state, openapi, metrics.registry.clone())
+        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
+    health::router()
+        .merge(api)
+        .layer(axum::middleware::from_fn_with_state(
+            metrics.requests.clone(),
+            api::metrics::instrument,
+        ))
+}
+
+/// Every metric family, and the request metrics the HTTP layer updates.
+pub struct Metrics {
+    registry: Arc<prometheus_client::registry::Registry>,
+    requests: RequestMetrics,
 }
 
 /// Collects expired plugins until `shutdown` turns true.
@@ -81,12 +93,27 @@ struct Core {
     proxy: Arc<Proxy>,
     state: AppState,
     openapi: Arc<OpenApi>,
+    metrics: Metrics,
+    heartbeat_metrics: HeartbeatMetrics,
 }
 
 impl Core {
-    fn new(tuning: &Tuning) -> anyhow::Result<Self> {
+    /// `metrics` may hold families of the caller's parts already.
+    fn new(
+        tuning: &Tuning,
+        mut metrics: prometheus_client::registry::Registry,
+    ) -> anyhow::Result<Self> {
         let registry = Arc::new(Registry::new((&tuning.registry).into()));
-        let proxy = Arc::new(Proxy::new((&tuning.proxy).into()));
+        let requests = RequestMetrics::default();
+        requests.register(&mut metrics);
+        let heartbeat_metrics = HeartbeatMetrics::default();
+        heartbeat_metrics.register(&mut metrics);
+        let proxy_metrics = ProxyMetrics::default();
+        proxy_metrics.register(&mut metrics);
+        metrics.register_collector(Box::new(RegistryCollector(registry.clone())));
+        kubert_prometheus_process::register(metrics.sub_registry_with_prefix("process"))
+            .context("registering process metrics")?;
+        let proxy = Arc::new(Proxy::new((&tuning.proxy).into()).with_metrics(proxy_metrics));
         let state = AppState {
             registry: registry.clone(),
             proxy: proxy.clone(),
@@ -98,6 +125,11 @@ impl Core {
             proxy,
             state,
             openapi: Arc::new(OpenApi::new()?),
+            metrics: Metrics {
+                registry: Arc::new(metrics),
+                requests,
+            },
+            heartbeat_metrics,
         })
     }
 
@@ -112,7 +144,7 @@ impl Core {
         stop: watch::Sender<bool>,
     ) -> anyhow::Result<()> {
         let stopped = stop.subscribe();
-        let app = app(self.state, self.openapi, auth.clone());
+        let app = app(self.state, self.openapi, auth.clone(), &self.metrics);
         let https_task = tokio::spawn(tls::serve(https, tls, app, auth, stopped.clone()));
         let grpc_task = grpc(stopped.clone());
         let forget_task = tokio::spawn(self.proxy.forget_departed(self.registry.clone()));
@@ -143,9 +175,11 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         .with_context(|| format!("preparing certificates in {}", dir.display()))?;
     let cert = Arc::new(ServingCert::fixed(&local.serving.cert, &local.serving.key)?);
     let tls = tls::server_config(cert, optional_client_auth(roots(&local.ca_pem)?))?;
-    let core = Core::new(&config.tuning)?;
+    let core = Core::new(&config.tuning, Default::default())?;
     // Heartbeats are plain gRPC, trusted: standalone mode is for one machine.
-    let heartbeats = HeartbeatService::new(core.registry.clone(), None).into_server();
+    let heartbeats = HeartbeatService::new(core.registry.clone(), None)
+        .with_metrics(core.heartbeat_metrics.clone())
+        .into_server();
     let grpc_server = move |mut stopped: watch::Receiver<bool>| {
         tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -205,10 +239,14 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     let tls = tls::server_config(cert.clone(), delegated.tls_verifier())?;
     // Plugins authenticate with bearer tokens, not certificates.
     let grpc_tls = tls::server_config(cert.clone(), WebPkiClientVerifier::no_client_auth())?;
-    let core = Core::new(&config.tuning)?;
+    let mut metrics = prometheus_client::registry::Registry::default();
+    delegated.metrics().register(&mut metrics);
+    let core = Core::new(&config.tuning, metrics)?;
     let auth = Arc::new(Auth::Delegated(delegated.clone()));
     let heartbeats = tonic::service::Routes::new(
-        HeartbeatService::new(core.registry.clone(), Some(delegated.clone())).into_server(),
+        HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
+            .with_metrics(core.heartbeat_metrics.clone())
+            .into_server(),
     )
     .into_axum_router();
     let grpc_auth = auth.clone();

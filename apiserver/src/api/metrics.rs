@@ -1,0 +1,330 @@
+//! Request metrics under the names kube-apiserver uses, so the dashboards
+//! people already have for aggregated API servers work for kplug, and the
+//! `/metrics` endpoint that serves every registered family.
+//!
+//! Labels come only from the fixed set of kplug's routes: a request for an
+//! unknown path counts with an empty resource, so clients cannot grow the
+//! number of series.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::status::ApiError;
+use crate::auth::Attributes;
+use crate::v1alpha1::{GROUP, VERSION};
+
+/// kube-apiserver's buckets for `apiserver_request_duration_seconds`.
+const DURATION_BUCKETS: [f64; 23] = [
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+/// The Prometheus text exposition kplug serves (OpenMetrics 1.0, which
+/// Prometheus negotiates and parses).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What a request was, in kube-apiserver's metric labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: &'static str,
+    group: &'static str,
+    version: &'static str,
+    resource: &'static str,
+    subresource: &'static str,
+    scope: &'static str,
+    component: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: u16,
+    #[prometheus(flatten)]
+    request: RequestLabels,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    request_kind: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// `apiserver_request_*` families, shared by every request.
+#[derive(Clone, Debug)]
+pub struct RequestMetrics {
+    total: Family<CodeLabels, Counter>,
+    duration: HistogramFamily<RequestLabels>,
+    in_flight: Family<KindLabels, Gauge>,
+    long_running: Family<RequestLabels, Gauge>,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> Self {
+        Self {
+            total: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
+            in_flight: Family::default(),
+            long_running: Family::default(),
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// Adds the families to `registry` (under the `apiserver_` prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix("apiserver");
+        registry.register(
+            "request",
+            "Counter of apiserver requests broken out for each verb, group, version, resource, subresource, scope, component and HTTP response code",
+            self.total.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Response latency distribution in seconds for each verb, group, version, resource, subresource, scope and component; watches are not included",
+            self.duration.clone(),
+        );
+        registry.register(
+            "current_inflight_requests",
+            "Number of requests being served, by kind (readOnly or mutating); watches are not included",
+            self.in_flight.clone(),
+        );
+        registry.register(
+            "longrunning_requests",
+            "Number of open watches, by verb, group, version, resource, subresource, scope and component",
+            self.long_running.clone(),
+        );
+    }
+}
+
+/// Middleware: counts and times every request, including refused ones.
+pub async fn instrument(
+    State(metrics): State<RequestMetrics>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let labels = classify(&Attributes::of_request(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    ));
+    if labels.verb == "WATCH" {
+        return watch(metrics, labels, request, next).await;
+    }
+    let kind = KindLabels {
+        request_kind: if matches!(labels.verb, "GET" | "LIST" | "HEAD" | "OPTIONS") {
+            "readOnly"
+        } else {
+            "mutating"
+        },
+    };
+    let in_flight = metrics.in_flight.get_or_create(&kind).clone();
+    in_flight.inc();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    in_flight.dec();
+    metrics
+        .duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .total
+        .get_or_create(&CodeLabels {
+            request: labels,
+            code: response.status().as_u16(),
+        })
+        .inc();
+    response
+}
+
+/// A watch counts as long-running until its response body is dropped,
+/// that is, until the stream ends or the client goes away.
+async fn watch(
+    metrics: RequestMetrics,
+    labels: RequestLabels,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    metrics
+        .total
+        .get_or_create(&CodeLabels {
+            request: labels.clone(),
+            code: response.status().as_u16(),
+        })
+        .inc();
+    if !response.status().is_success() {
+        return response;
+    }
+    let open = OpenWatch(metrics.long_running.get_or_create(&labels).clone());
+    open.0.inc();
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held_until_the_stream_is_dropped = &open;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+struct OpenWatch(Gauge);
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Maps a request to labels drawn only from kplug's own routes.
+fn classify(attributes: &Attributes) -> RequestLabels {
+    let unknown = |verb| RequestLabels {
+        verb,
+        group: "",
+        version: "",
+        resource: "",
+        subresource: "",
+        scope: "",
+        component: "apiserver",
+    };
+    match attributes {
+        Attributes::NonResource { verb, .. } => unknown(method_verb(verb)),
+        Attributes::Resource {
+            verb,
+            resource,
+            subresource,
+            name,
+        } => {
+            let (resource, subresource) = match (resource.as_str(), subresource.as_str()) {
+                ("plugins", "") => ("plugins", ""),
+                ("plugins", "reconcile") => ("plugins", "reconcile"),
+                ("reconciles", "") => ("reconciles", ""),
+                _ => return unknown(resource_verb(verb)),
+            };
+            RequestLabels {
+                verb: resource_verb(verb),
+                group: GROUP,
+                version: VERSION,
+                resource,
+                subresource,
+                scope: if name.is_empty() {
+                    "cluster"
+                } else {
+                    "resource"
+                },
+                component: "apiserver",
+            }
+        }
+    }
+}
+
+/// kube-apiserver reports the HTTP method, with LIST and WATCH for reads
+/// of collections.
+fn resource_verb(verb: &str) -> &'static str {
+    match verb {
+        "get" => "GET",
+        "list" => "LIST",
+        "watch" => "WATCH",
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" | "deletecollection" => "DELETE",
+        _ => "other",
+    }
+}
+
+fn method_verb(method: &str) -> &'static str {
+    match method {
+        "get" => "GET",
+        "head" => "HEAD",
+        "post" => "POST",
+        "put" => "PUT",
+        "patch" => "PATCH",
+        "delete" => "DELETE",
+        "options" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// `GET /metrics`: every family, in the text exposition format.
+pub async fn serve(State(registry): State<Arc<Registry>>) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
+    let mut response = text.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::*;
+
+    fn labels(method: Method, path: &str, query: Option<&str>) -> RequestLabels {
+        classify(&Attributes::of_request(&method, path, query))
+    }
+
+    #[test]
+    fn routes_map_to_kube_apiserver_labels() {
+        let collection = format!("/apis/{GROUP}/{VERSION}/plugins");
+        let list = labels(Method::GET, &collection, None);
+        assert_eq!(
+            (list.verb, list.resource, list.scope),
+            ("LIST", "plugins", "cluster")
+        );
+        let watch = labels(Method::GET, &collection, Some("watch=true"));
+        assert_eq!(watch.verb, "WATCH");
+        let get = labels(Method::GET, &format!("{collection}/a"), None);
+        assert_eq!((get.verb, get.scope), ("GET", "resource"));
+        let reconcile = labels(Method::POST, &format!("{collection}/a/reconcile"), None);
+        assert_eq!(
+            (reconcile.verb, reconcile.resource, reconcile.subresource),
+            ("POST", "plugins", "reconcile")
+        );
+        let reconciles = labels(
+            Method::POST,
+            &format!("/apis/{GROUP}/{VERSION}/reconciles"),
+            None,
+        );
+        assert_eq!(
+            (reconciles.verb, reconciles.resource),
+            ("POST", "reconciles")
+        );
+    }
+
+    #[test]
+    fn unknown_paths_cannot_add_label_values() {
+        let made_up = labels(
+            Method::GET,
+            &format!("/apis/{GROUP}/{VERSION}/x{}", "y".repeat(40)),
+            None,
+        );
+        assert_eq!((made_up.resource, made_up.group), ("", ""));
+        let odd_subresource = labels(
+            Method::GET,
+            &format!("/apis/{GROUP}/{VERSION}/plugins/a/b/c"),
+            None,
+        );
+        assert_eq!(odd_subresource.resource, "");
+        let metrics = labels(Method::GET, "/metrics", None);
+        assert_eq!((metrics.verb, metrics.resource), ("GET", ""));
+        assert_eq!(
+            labels(Method::from_bytes(b"BREW").expect("method"), "/", None).verb,
+            "other"
+        );
+    }
+}

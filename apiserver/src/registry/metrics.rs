@@ -1,0 +1,47 @@
+//! The registry's figures, read at scrape time: nothing on the heartbeat
+//! path updates a metric.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::Registry;
+
+/// Exposes `kplug_plugins{ready}` and `kplug_plugin_expiries_total`.
+#[derive(Debug)]
+pub struct RegistryCollector(pub Arc<Registry>);
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for RegistryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let census = self.0.census();
+        let mut plugins = encoder.encode_descriptor(
+            "kplug_plugins",
+            "Registered plugins, by whether they are Ready",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (ready, count) in [("true", census.ready), ("false", census.not_ready)] {
+            let count = i64::try_from(count).unwrap_or(i64::MAX);
+            ConstGauge::new(count).encode(plugins.encode_family(&[("ready", ready)])?)?;
+        }
+        let expiries = ConstCounter::new(census.expired);
+        expiries.encode(encoder.encode_descriptor(
+            "kplug_plugin_expiries",
+            "Registrations removed because no heartbeat came within their TTL",
+            None,
+            expiries.metric_type(),
+        )?)
+    }
+}
