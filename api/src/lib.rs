@@ -1,6 +1,8 @@
 //! The types of kplug's API group `plugins.kplug.io`: what the server
 //! serves and what clients (the operator library, kubectl plugins) send and
-//! read. Like `k8s.io/api`, this crate holds types only, no behaviour that
-//! needs IO.
+//! read. Like `k8s.io/api`, this crate holds types and pure rules over them
+//! (which plugin serves a request, [`selection`]), no behaviour that needs
+//! IO.
 
+pub mod selection;
 pub mod v1alpha1;

@@ -1,12 +1,16 @@
-//! Plugins of an [`AggregatedKplug`]: their Kubernetes identity and the
-//! hello plugin (examples/hello-rust) heartbeating with it.
+//! Plugins of an [`AggregatedKplug`]: their Kubernetes identity, the
+//! hello plugin (examples/hello-rust) heartbeating with it, and waiting
+//! until one is Ready.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::control_plane::ControlPlane;
 use crate::kplug::AggregatedKplug;
-use crate::process::{Process, free_port};
+use crate::process::{Process, free_port, output_text, wait_until};
 use crate::workspace::workspace_binary;
 
 /// A plugin's identity as a chart would make it: the ServiceAccount
@@ -57,4 +61,42 @@ pub fn hello_plugin(kplug: &AggregatedKplug, name: &str, token_file: &Path) -> P
             .stderr(Stdio::inherit()),
         name,
     )
+}
+
+/// Adds what a plugin (of either SDK) needs to heartbeat to `kplug`:
+/// its TLS registry, kplug's CA, the token in `token`, a one-second
+/// interval; stdout is dropped and stderr inherited.
+pub fn plugin_tls(command: &mut Command, kplug: &AggregatedKplug, token: &Path) {
+    command
+        .args(["--registry", &format!("https://localhost:{}", kplug.grpc)])
+        .arg("--registry-ca-file")
+        .arg(kplug.certs.join("ca.crt"))
+        .arg("--token-file")
+        .arg(token)
+        .args(["--heartbeat-interval", "1s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+}
+
+/// Waits until kplug lists the plugin `name` with Ready=True.
+pub fn wait_plugin_ready(cluster: &ControlPlane, name: &str) {
+    wait_until(
+        &format!("plugin {name} Ready"),
+        Duration::from_secs(60),
+        || {
+            let output = cluster.kubectl(&["get", "plugin", name, "-o", "json"]);
+            if !output.status.success() {
+                return Err(output_text(&output));
+            }
+            let plugin: Value =
+                serde_json::from_slice(&output.stdout).map_err(|e| e.to_string())?;
+            let ready = plugin["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(()).ok_or_else(|| plugin.to_string())
+        },
+    );
 }

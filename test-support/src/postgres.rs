@@ -46,6 +46,15 @@ impl Postgres {
         );
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
+
+    /// The columns of the table `table` in the schema public, as
+    /// "name type, ...", or "NULL" when there is no such table.
+    pub fn columns(&self, table: &str) -> String {
+        self.query(&format!(
+            "select coalesce(string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position), 'NULL') \
+             from information_schema.columns where table_schema = 'public' and table_name = '{table}'"
+        ))
+    }
 }
 
 impl Drop for Postgres {

@@ -11,16 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kplug_test_support::database_table;
+pub use kplug_test_support::database_table::{MARIADB_PLUGIN, PG_PLUGIN};
 use kplug_test_support::mariadb;
-use kplug_test_support::postgres::{Postgres, venv_python};
+use kplug_test_support::postgres::Postgres;
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, Lines, Process, free_port, plugin_identity, repo_root,
-    wait_until, workspace_binary,
+    AggregatedKplug, ControlPlane, Lines, Process, plugin_identity, repo_root, wait_until,
+    workspace_binary,
 };
 use serde_json::Value;
-
-pub const PG_PLUGIN: &str = "database-table-postgresql-plugin";
-pub const MARIADB_PLUGIN: &str = "database-table-mariadb-plugin";
 pub const OPERATOR_SA: &str = "database-table-operator";
 
 /// Fields drop in order: the processes stop before `work`, which holds the
@@ -45,25 +44,7 @@ impl World {
         let cluster = ControlPlane::start(work.path().join("cp"));
         let kplug =
             AggregatedKplug::start(&cluster, work.path(), &["--min-heartbeat-interval", "1s"]);
-        let examples = repo_root().join("examples/database-table");
-        cluster.kubectl_ok(&["apply", "-f", &examples.join("crds").to_string_lossy()]);
-        cluster.kubectl_ok(&[
-            "apply",
-            "-f",
-            &examples.join("deploy/namespace.yaml").to_string_lossy(),
-        ]);
-        for crd in [
-            "databasetables",
-            "databasetablemariadbextensions",
-            "databasetablepostgresqlextensions",
-        ] {
-            cluster.kubectl_ok(&[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{crd}.myorg.org"),
-                "--timeout=30s",
-            ]);
-        }
+        database_table::install(&cluster);
         let pg_token = plugin_identity(&cluster, PG_PLUGIN, Some(PG_PLUGIN), work.path());
         let mariadb_token =
             plugin_identity(&cluster, MARIADB_PLUGIN, Some(MARIADB_PLUGIN), work.path());
@@ -71,7 +52,9 @@ impl World {
         cluster.kubectl_ok(&[
             "apply",
             "-f",
-            &examples.join("deploy/operator-rbac.yaml").to_string_lossy(),
+            &repo_root()
+                .join("examples/database-table/deploy/operator-rbac.yaml")
+                .to_string_lossy(),
         ]);
         let operator_kubeconfig = work.path().join("operator.kubeconfig");
         cluster.kubeconfig_for_token(&operator_kubeconfig, &cluster.token("plugins", OPERATOR_SA));
@@ -86,55 +69,16 @@ impl World {
         }
     }
 
-    fn plugin_tls(&self, command: &mut Command, token: &Path) {
-        command
-            .args([
-                "--registry",
-                &format!("https://localhost:{}", self.kplug.grpc),
-            ])
-            .arg("--registry-ca-file")
-            .arg(self.kplug.certs.join("ca.crt"))
-            .arg("--token-file")
-            .arg(token)
-            .args(["--heartbeat-interval", "1s"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-    }
-
     pub fn pg_plugin(&self) -> Process {
-        let mut command = Command::new(venv_python());
-        command
-            .args(["-m", "postgresql_plugin", "--dsn", &self.pg.dsn])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
-        self.plugin_tls(&mut command, &self.pg_token);
-        let process = Process::spawn(&mut command, PG_PLUGIN);
-        self.wait_plugin_ready(PG_PLUGIN);
-        process
+        database_table::postgresql_plugin(&self.cluster, &self.kplug, &self.pg.dsn, &self.pg_token)
     }
 
     pub fn mariadb_plugin(&self) -> Process {
-        let mut command = Command::new(workspace_binary("mariadb-plugin"));
-        command
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .env("MARIADB_URL", mariadb::shared().tcp_url());
-        self.plugin_tls(&mut command, &self.mariadb_token);
-        let process = Process::spawn(&mut command, MARIADB_PLUGIN);
-        self.wait_plugin_ready(MARIADB_PLUGIN);
-        process
+        database_table::mariadb_plugin(&self.cluster, &self.kplug, &self.mariadb_token)
     }
 
     pub fn wait_plugin_ready(&self, name: &str) {
-        wait_until(
-            &format!("plugin {name} Ready"),
-            Duration::from_secs(60),
-            || {
-                let plugin = self.get_json(&["plugin", name])?;
-                is_true(&plugin, "Ready")
-                    .then_some(())
-                    .ok_or_else(|| plugin.to_string())
-            },
-        );
+        kplug_test_support::wait_plugin_ready(&self.cluster, name);
     }
 
     /// SIGTERMs a plugin (it deregisters) and waits until kplug no longer lists it.
@@ -223,6 +167,9 @@ impl World {
                 identity,
                 "--lease-duration",
                 "4s",
+                // Never :8443: operators run side by side; the log names the port.
+                "--metrics-bind-address",
+                "127.0.0.1:0",
             ])
             .args(extra)
             .env("NO_COLOR", "1")
@@ -328,15 +275,21 @@ impl World {
     }
 
     pub fn pg_columns(&self, table: &str) -> String {
-        self.pg.query(&format!(
-            "select coalesce(string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position), 'NULL') \
-             from information_schema.columns where table_schema = 'public' and table_name = '{table}'"
-        ))
+        self.pg.columns(table)
     }
 }
 
-fn operator_log_path(identity: &str) -> PathBuf {
+pub fn operator_log_path(identity: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kplug-operator-{identity}.log"))
+}
+
+/// The URL of `/metrics` from an operator's "serving metrics" log line.
+pub fn metrics_url(line: &str) -> String {
+    line.split("url=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no url= in {line:?}"))
+        .to_owned()
 }
 
 /// The delays (seconds) after which the operator scheduled the next call
@@ -358,7 +311,7 @@ pub fn requeue_delays(lines: &[String], object: &str) -> Vec<f64> {
 
 /// Copies what is read into a file: the operators' logs stay in
 /// `target/tmp/` after a failed run.
-struct Tee<R>(R, std::fs::File);
+pub struct Tee<R>(pub R, pub std::fs::File);
 
 impl<R: std::io::Read> std::io::Read for Tee<R> {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {

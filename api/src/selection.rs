@@ -1,0 +1,413 @@
+//! Which live plugin serves a request, and why: the rule itself, without
+//! IO, so that kplug's registry and its clients (`kubectl kplug plugins`)
+//! decide the same way from the same Plugin objects.
+//!
+//! The rules, in order (documented in the README, never random):
+//! 1. `plugin` names one: that plugin (reason `Requested`).
+//! 2. `requiredImplementation` is set: only the Ready plugins serving the
+//!    API whose implementation matches it case-insensitively, and no
+//!    fallback (reason `RequiredImplementation`).
+//! 3. Among Ready plugins serving the API, those whose implementation
+//!    matches `preferredImplementation` case-insensitively (reason
+//!    `PreferredImplementation`).
+//! 4. Otherwise all Ready plugins serving the API (reason `Fallback`).
+//!
+//! Within a set, the highest version wins, then the smallest name.
+//!
+//! The functions take anything that borrows a [`Plugin`] (`&Plugin`,
+//! `Arc<Plugin>`, `Plugin`), so the registry keeps its shared objects and a
+//! client its decoded list.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+
+use crate::v1alpha1::{ApiSelector, CONDITION_READY, Plugin, Selection, SelectionReason};
+
+/// Why no plugin could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    #[error("plugin {0:?} not found")]
+    NotFound(String),
+    #[error("plugin {name:?} is not Ready: {why}")]
+    NotReady { name: String, why: String },
+    #[error("plugin {name:?} serves {serves}, not {asked}")]
+    WrongApi {
+        name: String,
+        serves: String,
+        asked: String,
+    },
+    #[error("no Ready plugin serves {0}")]
+    NoneReady(String),
+    #[error("no Ready plugin of implementation {implementation} serves {api}")]
+    NoneReadyOfImplementation { api: String, implementation: String },
+}
+
+/// What a request asks of the chosen plugin's implementation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Implementation<'a> {
+    /// Any implementation of the API.
+    #[default]
+    Any,
+    /// This one if it has a Ready plugin, else any.
+    Preferred(&'a str),
+    /// This one or none.
+    Required(&'a str),
+}
+
+impl<'a> Implementation<'a> {
+    /// From a Reconcile's fields: a required implementation outranks a
+    /// preferred one; empty strings ask for nothing.
+    pub fn from_spec(required: Option<&'a str>, preferred: Option<&'a str>) -> Self {
+        let given = |name: Option<&'a str>| name.filter(|n| !n.is_empty());
+        match (given(required), given(preferred)) {
+            (Some(required), _) => Self::Required(required),
+            (None, Some(preferred)) => Self::Preferred(preferred),
+            (None, None) => Self::Any,
+        }
+    }
+}
+
+/// Orders versions the way semantic versioning does, tolerating free-form
+/// ones: dot-separated parts compare numerically when both are numbers
+/// ("1.10.0" > "1.9.2"), a pre-release sorts before its release
+/// ("1.0.0-rc.1" < "1.0.0"), build metadata is ignored, and a leading "v"
+/// is dropped.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    fn parts(text: &str) -> Vec<&str> {
+        text.split('.').collect()
+    }
+    fn compare_parts(a: &[&str], b: &[&str]) -> Ordering {
+        for (x, y) in a.iter().zip(b) {
+            let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+                (Ok(x), Ok(y)) => x.cmp(&y),
+                _ => x.cmp(y),
+            };
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+    let normalize = |v: &str| -> (String, Option<String>) {
+        let v = v.trim_start_matches('v');
+        let v = v.split_once('+').map_or(v, |(core, _)| core);
+        match v.split_once('-') {
+            Some((core, pre)) => (core.to_owned(), Some(pre.to_owned())),
+            None => (v.to_owned(), None),
+        }
+    };
+    let ((core_a, pre_a), (core_b, pre_b)) = (normalize(a), normalize(b));
+    compare_parts(&parts(&core_a), &parts(&core_b)).then_with(|| match (pre_a, pre_b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(x), Some(y)) => compare_parts(&parts(&x), &parts(&y)),
+    })
+}
+
+/// The order within a set: highest version first, then smallest name.
+pub fn preference_order(a: &Plugin, b: &Plugin) -> Ordering {
+    compare_versions(&b.spec.version, &a.spec.version).then_with(|| a.name().cmp(b.name()))
+}
+
+/// The first of `candidates` in [`preference_order`].
+pub fn best<P: Borrow<Plugin>>(candidates: impl IntoIterator<Item = P>) -> Option<P> {
+    candidates
+        .into_iter()
+        .min_by(|a, b| preference_order(a.borrow(), b.borrow()))
+}
+
+/// Why a plugin is not Ready, from its Ready condition.
+pub fn not_ready_reason(plugin: &Plugin) -> String {
+    plugin
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_READY)
+        .map_or_else(|| "no Ready condition".to_owned(), |c| c.message.clone())
+}
+
+/// Rule 1: the plugin named `name` (`found`, when it exists) must serve
+/// `api` (when given) and be Ready.
+pub fn pinned<P: Borrow<Plugin>>(
+    name: &str,
+    found: Option<P>,
+    api: Option<&ApiSelector>,
+) -> Result<(P, Selection), SelectError> {
+    let plugin = found.ok_or_else(|| SelectError::NotFound(name.to_owned()))?;
+    let spec = &plugin.borrow().spec;
+    if let Some(api) = api
+        && !api.matches(&spec.api)
+    {
+        return Err(SelectError::WrongApi {
+            name: name.to_owned(),
+            serves: spec.api.qualified_resource(),
+            asked: api.qualified_resource(),
+        });
+    }
+    if !plugin.borrow().is_ready() {
+        return Err(SelectError::NotReady {
+            name: name.to_owned(),
+            why: not_ready_reason(plugin.borrow()),
+        });
+    }
+    let selection = Selection {
+        reason: SelectionReason::Requested,
+        message: format!("plugin {name} was requested by name"),
+    };
+    Ok((plugin, selection))
+}
+
+/// Rules 2 to 4 among `plugins`: only the Ready ones serving `api` count,
+/// so the caller may pass every plugin it knows.
+pub fn choose<P: Borrow<Plugin>>(
+    plugins: impl IntoIterator<Item = P>,
+    api: &ApiSelector,
+    implementation: Implementation<'_>,
+) -> Result<(P, Selection), SelectError> {
+    let mut ready: Vec<P> = plugins
+        .into_iter()
+        .filter(|p| p.borrow().is_ready() && api.matches(&p.borrow().spec.api))
+        .collect();
+    let implements = |plugin: &P, name: &str| {
+        plugin
+            .borrow()
+            .spec
+            .implementation
+            .eq_ignore_ascii_case(name)
+    };
+    let preference =
+        match implementation {
+            Implementation::Required(required) => {
+                let plugin = best(ready.into_iter().filter(|p| implements(p, required)))
+                    .ok_or_else(|| SelectError::NoneReadyOfImplementation {
+                        api: api.qualified_resource(),
+                        implementation: required.to_owned(),
+                    })?;
+                let selection = Selection {
+                    reason: SelectionReason::RequiredImplementation,
+                    message: format!(
+                        "{} is the required implementation and has a Ready plugin",
+                        plugin.borrow().spec.implementation
+                    ),
+                };
+                return Ok((plugin, selection));
+            }
+            Implementation::Preferred(preferred) => {
+                let (of_preferred, others): (Vec<P>, Vec<P>) =
+                    ready.into_iter().partition(|p| implements(p, preferred));
+                if let Some(plugin) = best(of_preferred) {
+                    let selection = Selection {
+                        reason: SelectionReason::PreferredImplementation,
+                        message: format!(
+                            "{} is the preferred implementation and has a Ready plugin",
+                            plugin.borrow().spec.implementation
+                        ),
+                    };
+                    return Ok((plugin, selection));
+                }
+                // None of the preferred implementation: the others are all the Ready ones.
+                ready = others;
+                format!("no Ready plugin implements {preferred}; ")
+            }
+            Implementation::Any => String::new(),
+        };
+    let plugin = best(ready).ok_or_else(|| SelectError::NoneReady(api.qualified_resource()))?;
+    let selection = Selection {
+        reason: SelectionReason::Fallback,
+        message: format!(
+            "{preference}chose {} ({}) by highest version, then name",
+            plugin.borrow().name(),
+            plugin.borrow().spec.implementation
+        ),
+    };
+    Ok((plugin, selection))
+}
+
+/// The whole rule over a list of plugins: what a client holding `kubectl
+/// get plugins` computes for a request with these fields.
+pub fn select<P: Borrow<Plugin>>(
+    plugins: impl IntoIterator<Item = P>,
+    api: Option<&ApiSelector>,
+    implementation: Implementation<'_>,
+    pinned_name: Option<&str>,
+) -> Result<(P, Selection), SelectError> {
+    if let Some(name) = pinned_name {
+        let found = plugins.into_iter().find(|p| p.borrow().name() == name);
+        return pinned(name, found, api);
+    }
+    let api = api.ok_or_else(|| SelectError::NoneReady("an unspecified API".to_owned()))?;
+    choose(plugins, api, implementation)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cmp::Ordering;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::v1alpha1::{PluginApi, PluginSpec, PluginStatus};
+
+    fn plugin(name: &str, resource: &str, implementation: &str, version: &str) -> Plugin {
+        let ready = Condition {
+            type_: CONDITION_READY.to_owned(),
+            status: "True".to_owned(),
+            reason: "HeartbeatReceived".to_owned(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        };
+        Plugin {
+            api_version: crate::v1alpha1::API_VERSION.to_owned(),
+            kind: Plugin::KIND.to_owned(),
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: PluginSpec {
+                api: PluginApi {
+                    group: "myorg.org".to_owned(),
+                    resource: resource.to_owned(),
+                    version: "v1alpha1".to_owned(),
+                },
+                implementation: implementation.to_owned(),
+                version: version.to_owned(),
+                ..PluginSpec::default()
+            },
+            status: PluginStatus {
+                conditions: vec![ready],
+                last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
+                expires_at: Time(Timestamp::UNIX_EPOCH),
+                registered_by: None,
+            },
+        }
+    }
+
+    fn not_ready(mut plugin: Plugin) -> Plugin {
+        plugin.status.conditions[0].status = "False".to_owned();
+        plugin.status.conditions[0].message = "no heartbeat for 10s".to_owned();
+        plugin
+    }
+
+    fn tables() -> ApiSelector {
+        ApiSelector {
+            group: "myorg.org".to_owned(),
+            resource: "databasetables".to_owned(),
+            version: String::new(),
+        }
+    }
+
+    fn chosen(
+        plugins: &[Plugin],
+        implementation: Implementation<'_>,
+    ) -> Result<(String, SelectionReason), SelectError> {
+        choose(plugins, &tables(), implementation).map(|(p, s)| (p.name().to_owned(), s.reason))
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert_eq!(compare_versions("1.10.0", "1.9.2"), Ordering::Greater);
+        assert_eq!(compare_versions("v2", "1.99"), Ordering::Greater);
+        assert_eq!(compare_versions("1.0", "1.0.0"), Ordering::Less);
+        assert_eq!(compare_versions("1.0.0", "1.0.0"), Ordering::Equal);
+        assert_eq!(
+            compare_versions("1.0.0-beta", "1.0.0-alpha"),
+            Ordering::Greater
+        );
+        assert_eq!(compare_versions("1.0.0-rc.1", "1.0.0"), Ordering::Less);
+        assert_eq!(
+            compare_versions("1.0.0-rc.10", "1.0.0-rc.9"),
+            Ordering::Greater
+        );
+        assert_eq!(compare_versions("1.0.0+build.5", "1.0.0"), Ordering::Equal);
+    }
+
+    #[test]
+    fn within_a_set_the_highest_version_then_the_smallest_name_wins() {
+        let plugins = [
+            plugin("b-pg", "databasetables", "PostgreSQL", "1.10.0"),
+            plugin("a-pg", "databasetables", "PostgreSQL", "1.10.0"),
+            plugin("old", "databasetables", "PostgreSQL", "1.9.9"),
+        ];
+        assert_eq!(best(&plugins).map(Plugin::name), Some("a-pg"));
+        let (_, selection) =
+            choose(&plugins, &tables(), Implementation::Preferred("MariaDB")).expect("chosen");
+        assert_eq!(selection.reason, SelectionReason::Fallback);
+        assert_eq!(
+            selection.message,
+            "no Ready plugin implements MariaDB; chose a-pg (PostgreSQL) by highest version, then name"
+        );
+    }
+
+    #[test]
+    fn preferred_and_required_implementations_match_case_insensitively() {
+        let plugins = [
+            plugin("pg", "databasetables", "PostgreSQL", "2.0.0"),
+            plugin("maria", "databasetables", "MariaDB", "1.0.0"),
+        ];
+        assert_eq!(
+            chosen(&plugins, Implementation::Preferred("mariadb")),
+            Ok(("maria".to_owned(), SelectionReason::PreferredImplementation))
+        );
+        assert_eq!(
+            chosen(
+                &plugins,
+                Implementation::from_spec(Some("postgresql"), Some("MariaDB"))
+            ),
+            Ok(("pg".to_owned(), SelectionReason::RequiredImplementation))
+        );
+        assert_eq!(
+            chosen(&plugins, Implementation::Required("Oracle")),
+            Err(SelectError::NoneReadyOfImplementation {
+                api: "databasetables.myorg.org".to_owned(),
+                implementation: "Oracle".to_owned(),
+            })
+        );
+        assert_eq!(
+            chosen(&plugins, Implementation::Any),
+            Ok(("pg".to_owned(), SelectionReason::Fallback))
+        );
+    }
+
+    #[test]
+    fn plugins_not_ready_or_of_another_api_never_count() {
+        let plugins = [
+            plugin("queue", "queues", "MariaDB", "9.0.0"),
+            not_ready(plugin("late", "databasetables", "MariaDB", "1.0.0")),
+        ];
+        assert_eq!(
+            chosen(&plugins, Implementation::Preferred("MariaDB")),
+            Err(SelectError::NoneReady(
+                "databasetables.myorg.org".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_pinned_plugin_must_exist_serve_the_api_and_be_ready() {
+        let plugins = [
+            plugin("pg", "databasetables", "PostgreSQL", "1.0.0"),
+            plugin("queue", "queues", "Rabbit", "1.0.0"),
+            not_ready(plugin("late", "databasetables", "MariaDB", "1.0.0")),
+        ];
+        let select = |name| select(&plugins, Some(&tables()), Implementation::Any, Some(name));
+        assert_eq!(
+            select("pg").map(|(p, s)| (p.name(), s.reason)),
+            Ok(("pg", SelectionReason::Requested))
+        );
+        assert!(matches!(select("queue"), Err(SelectError::WrongApi { .. })));
+        assert_eq!(
+            select("ghost").err(),
+            Some(SelectError::NotFound("ghost".to_owned()))
+        );
+        assert_eq!(
+            select("late").err(),
+            Some(SelectError::NotReady {
+                name: "late".to_owned(),
+                why: "no heartbeat for 10s".to_owned()
+            })
+        );
+    }
+}

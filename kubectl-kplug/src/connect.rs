@@ -1,0 +1,59 @@
+//! The user's cluster and identity, found the way kubectl finds them.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cli::ConnectionArgs;
+use crate::error::Error;
+
+/// A client with the user's credentials, and the namespace to work in.
+pub struct Connection {
+    pub client: Client,
+    pub namespace: String,
+}
+
+/// `--kubeconfig`, else `$KUBECONFIG` (a list of files, merged), else
+/// `~/.kube/config`, else the in-cluster config when running in a pod;
+/// `--context`, `--cluster`, `--user`, `--as`, `--as-group` and `-n` as in
+/// kubectl.
+pub async fn connect(args: &ConnectionArgs) -> Result<Connection, Error> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        cluster: args.cluster.clone(),
+        user: args.user.clone(),
+    };
+    let config_error = |e: kube::config::KubeconfigError| Error::Config(e.to_string());
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(config_error)?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(config_error)?
+        }
+        None => match Config::from_kubeconfig(&options).await {
+            Ok(config) => config,
+            // Inside a pod without a kubeconfig, like kubectl.
+            Err(error) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                Config::incluster().map_err(|incluster| {
+                    Error::Config(format!("{error}; in-cluster: {incluster}"))
+                })?
+            }
+            Err(error) => return Err(config_error(error)),
+        },
+    };
+    if let Some(user) = &args.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+    }
+    if !args.as_groups.is_empty() {
+        config.auth_info.impersonate_groups = Some(args.as_groups.clone());
+    }
+    // A person waits at the terminal: kplug's 503 and 429 are answers to
+    // report at once, not faults to retry behind their back.
+    config.default_retry = false;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| Error::Config(e.to_string()))?;
+    Ok(Connection { client, namespace })
+}

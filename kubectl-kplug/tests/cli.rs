@@ -1,0 +1,56 @@
+//! What needs no cluster, through the real kubectl: the plugin is found
+//! on the PATH, and help, version and completion answer.
+
+mod support;
+
+use std::path::Path;
+
+use support::{Plugin, ok};
+
+#[test]
+fn kubectl_finds_the_plugin_and_it_explains_itself() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let cli = Plugin::install(work.path());
+    // No cluster is contacted: any kubeconfig path will do.
+    let nowhere = Path::new("/nonexistent/kubeconfig");
+
+    let version = ok(&cli.run(nowhere, &["version"]));
+    assert_eq!(
+        version,
+        format!("kubectl-kplug version {}\n", env!("CARGO_PKG_VERSION"))
+    );
+
+    let help = ok(&cli.run(nowhere, &["reconcile", "--help"]));
+    for part in [
+        "Examples:",
+        "kubectl kplug reconcile databasetable/users",
+        "Usage:",
+        "NEVER writes status",
+    ] {
+        assert!(help.contains(part), "{part}: {help}");
+    }
+    let root = ok(&cli.run(nowhere, &["--help"]));
+    assert!(
+        root.contains("Available Commands:") && root.contains("plugins"),
+        "{root}"
+    );
+
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef kubectl-kplug"),
+        ("fish", "complete -c kubectl-kplug"),
+    ] {
+        let script = ok(&cli.run(nowhere, &["completion", shell]));
+        assert!(script.contains(marker), "{shell}: {script}");
+    }
+
+    // A malformed TYPE/NAME is a usage error before any connection.
+    let output = cli.run(nowhere, &["reconcile", "databasetable"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("error: \"databasetable\" names no object")
+            && stderr.contains("TYPE/NAME"),
+        "{stderr}"
+    );
+}
