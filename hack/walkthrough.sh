@@ -490,9 +490,11 @@ start_operator() {
   mapfile -t manifest_args <<<"$args"
   [ "${#manifest_args[@]}" -gt 0 ] && [ -n "${manifest_args[0]}" ] || fail "operator.yaml has no args"
   note "args from operator.yaml: ${manifest_args[*]}"
+  # /metrics on a loopback port of its own (the log says which), not :8443.
   KPLUG_LOG=info NO_COLOR=1 start_bg operator "$DIR/operator.log" "$BIN/kplug-operator" "${manifest_args[@]}" \
     --kubeconfig "$DIR/operator.kubeconfig" \
-    --leader-election-namespace plugins --leader-election-identity walkthrough
+    --leader-election-namespace plugins --leader-election-identity walkthrough \
+    --metrics-bind-address 127.0.0.1:0
   WATCH=(kplug mariadbd postgresql-plugin mariadb-plugin operator)
   wait_for 90 "the operator's controller started" grep -q "controller started" "$DIR/operator.log"
 }

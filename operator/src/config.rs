@@ -2,6 +2,8 @@
 //! [`OperatorArgs`] that a binary flattens into its command line (the
 //! zero-code `kplug-operator` and operators written with the library alike).
 
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::binding::BindingPolicy;
@@ -19,6 +21,19 @@ pub struct LeaderElection {
     /// How long a lease lasts without renewal: how long a crashed leader
     /// blocks a takeover.
     pub lease_duration: Duration,
+}
+
+/// How the operator serves its Prometheus metrics on `/metrics`.
+#[derive(Clone, Debug)]
+pub struct MetricsServing {
+    pub bind_address: SocketAddr,
+    /// HTTPS, and only to callers whose bearer token kube-apiserver
+    /// authenticates (TokenReview) and authorizes for `get` on `/metrics`
+    /// (SubjectAccessReview); `false`: plain HTTP to anyone, for local use.
+    pub secure: bool,
+    /// A directory with `tls.crt` and `tls.key`; default: a self-signed
+    /// certificate made at startup.
+    pub cert_dir: Option<PathBuf>,
 }
 
 /// How an operator delegates one resource.
@@ -49,6 +64,10 @@ pub struct Options {
     pub min_backoff: Duration,
     pub max_backoff: Duration,
     pub leader_election: Option<LeaderElection>,
+    /// Where `/metrics` is served; not at all when `None` (the library's
+    /// default: an operator that embeds it may serve
+    /// [`Operator::metrics`](crate::Operator::metrics) itself).
+    pub metrics: Option<MetricsServing>,
 }
 
 impl Default for Options {
@@ -68,6 +87,7 @@ impl Default for Options {
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
             leader_election: None,
+            metrics: None,
         }
     }
 }
@@ -78,6 +98,32 @@ fn duration(text: &str) -> Result<Duration, String> {
     text.parse::<kube::core::Duration>()
         .map(Duration::from)
         .map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+/// `--metrics-bind-address`: `HOST:PORT`, `:PORT` (every interface) or
+/// `0` (not served), as controller-runtime takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+impl std::str::FromStr for BindAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        if text == "0" {
+            return Ok(Self(None));
+        }
+        let invalid = || {
+            format!(
+                "invalid address {text:?}: expected HOST:PORT with an IP address, :PORT, or 0 to disable"
+            )
+        };
+        if let Some(port) = text.strip_prefix(':') {
+            let port = port.parse::<u16>().map_err(|_| invalid())?;
+            return Ok(Self(Some(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)))));
+        }
+        text.parse().map(|a| Self(Some(a))).map_err(|_| invalid())
+    }
 }
 
 /// The operator's flags; each also reads a `KPLUG_OPERATOR_*` variable.
@@ -168,10 +214,28 @@ pub struct OperatorArgs {
     /// How long a Lease holds without renewal.
     #[arg(long, env = "KPLUG_OPERATOR_LEASE_DURATION", default_value = "15s", value_parser = duration)]
     pub lease_duration: Duration,
+    /// Where to serve /metrics: HOST:PORT, :PORT, or 0 to disable.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_METRICS_BIND_ADDRESS",
+        default_value = ":8443"
+    )]
+    pub metrics_bind_address: BindAddress,
+    /// Serve /metrics over HTTPS to callers allowed `get` on /metrics
+    /// (TokenReview and SubjectAccessReview); false: plain HTTP, no
+    /// authentication, for local use.
+    #[arg(long, env = "KPLUG_OPERATOR_METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub metrics_secure: bool,
+    /// A directory with tls.crt and tls.key for /metrics (default: a
+    /// self-signed certificate made at startup).
+    #[arg(long, env = "KPLUG_OPERATOR_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
 }
 
 impl OperatorArgs {
-    /// Logs to stderr with the `--log` filter.
+    /// Logs to stderr with the `--log` filter. Each line shows the spans it
+    /// is in with their fields: a reconcile's lines carry its `object`,
+    /// `trace_id` and, once kplug answered, `operation_id`.
     pub fn init_logging(&self) -> Result<(), tracing_subscriber::filter::ParseError> {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_new(&self.log)?)
@@ -227,6 +291,14 @@ impl OperatorArgs {
             min_backoff: self.min_backoff,
             max_backoff: self.max_backoff,
             leader_election,
+            metrics: self
+                .metrics_bind_address
+                .0
+                .map(|bind_address| MetricsServing {
+                    bind_address,
+                    secure: self.metrics_secure,
+                    cert_dir: self.metrics_cert_dir.clone(),
+                }),
         }
     }
 }
@@ -277,6 +349,37 @@ mod tests {
         let election = defaults.leader_election.expect("on by default");
         assert_eq!(election.lease_name, "kplug-operator-things.example.com");
         assert_eq!(defaults.extensions_path.to_string(), "spec.extensions");
+        let metrics = defaults.metrics.expect("served by default");
+        assert_eq!(
+            metrics.bind_address,
+            "0.0.0.0:8443".parse().expect("address")
+        );
+        assert!(metrics.secure && metrics.cert_dir.is_none());
+    }
+
+    #[test]
+    fn metrics_flags() {
+        let parse = |args: &[&str]| {
+            let mut full = vec!["op"];
+            full.extend_from_slice(args);
+            Cli::try_parse_from(full)
+                .expect("parses")
+                .args
+                .options("things.example.com")
+                .metrics
+        };
+        assert!(parse(&["--metrics-bind-address", "0"]).is_none());
+        let local = parse(&[
+            "--metrics-bind-address=127.0.0.1:0",
+            "--metrics-secure=false",
+            "--metrics-cert-dir=/certs",
+        ])
+        .expect("served");
+        assert_eq!(local.bind_address, "127.0.0.1:0".parse().expect("address"));
+        assert!(!local.secure);
+        assert_eq!(local.cert_dir, Some(PathBuf::from("/certs")));
+        let v6 = parse(&["--metrics-bind-address=[::1]:9443"]).expect("served");
+        assert_eq!(v6.bind_address, "[::1]:9443".parse().expect("address"));
     }
 
     #[test]
@@ -285,6 +388,12 @@ mod tests {
             ("--binding", "sticky", "unsupported binding policy"),
             ("--resync", "5 minutes", "invalid duration"),
             ("--extensions-path", "spec..x", "empty step"),
+            (
+                "--metrics-bind-address",
+                "localhost:8443",
+                "invalid address",
+            ),
+            ("--metrics-bind-address", ":http", "invalid address"),
         ] {
             let error = Cli::try_parse_from(["op", flag, value])
                 .err()

@@ -8,6 +8,7 @@ use http::{Method, Request, StatusCode, header};
 use kplug_api::v1alpha1::{
     API_VERSION, ApiSelector, Operation, RawObject, Reconcile, ReconcileSpec, ReconcileStatus,
 };
+use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kube::Client;
 use kube::api::DynamicObject;
 use serde::Deserialize;
@@ -28,6 +29,8 @@ pub struct Delegation<'a> {
     pub preferred_implementation: Option<String>,
     pub required_implementation: Option<String>,
     pub timeout: Duration,
+    /// Sent as the `traceparent` header, which kplug passes on to the plugin.
+    pub traceparent: Option<TraceParent>,
 }
 
 /// Why a delegation did not produce a plugin's answer.
@@ -202,11 +205,15 @@ pub async fn delegate(
 ) -> Result<ReconcileStatus, DelegateError> {
     let body = serde_json::to_vec(&request_body(delegation)?)
         .map_err(|e| DelegateError::Decode(format!("encoding the request: {e}")))?;
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::POST)
         .uri(RECONCILES_PATH)
         .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json")
+        .header(header::ACCEPT, "application/json");
+    if let Some(traceparent) = &delegation.traceparent {
+        request = request.header(TRACEPARENT, traceparent.to_string());
+    }
+    let request = request
         .body(body.into())
         .map_err(|e| DelegateError::Decode(format!("building the request: {e}")))?;
     let response = client.send(request).await?;
@@ -258,6 +265,7 @@ mod tests {
             preferred_implementation: Some("MariaDB".into()),
             required_implementation: Some("PostgreSQL".into()),
             timeout: Duration::from_millis(1500),
+            traceparent: None,
         })
         .expect("encodes");
         let json = serde_json::to_value(&body).expect("serializes");

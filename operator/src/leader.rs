@@ -14,6 +14,7 @@ use tracing::info;
 
 use crate::Error;
 use crate::config::LeaderElection;
+use crate::metrics::Metrics;
 
 /// Resolves when the receiver reads `want` (or the sender is gone).
 async fn until(receiver: &mut watch::Receiver<bool>, want: bool) {
@@ -25,6 +26,7 @@ async fn until(receiver: &mut watch::Receiver<bool>, want: bool) {
 pub async fn run_as_leader<W, F>(
     client: Client,
     election: &LeaderElection,
+    metrics: &Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
     work: W,
 ) -> Result<(), Error>
@@ -45,6 +47,7 @@ where
         .build()
         .await?;
     let (mut leading, task) = manager.watch().await;
+    metrics.leading(&election.lease_name, false);
     let shutdown = shutdown.shared();
     info!(lease = %election.lease_name, namespace = %election.namespace, identity = %election.identity, "waiting to lead");
     let shut_down_first = matches!(
@@ -55,12 +58,14 @@ where
     let mut lost = false;
     if became_leader {
         info!(lease = %election.lease_name, identity = %election.identity, "became the leader");
+        metrics.leading(&election.lease_name, true);
         let mut watching = leading.clone();
         let lost_lease = async move { until(&mut watching, false).await };
         let stop = future::select(shutdown.clone(), Box::pin(lost_lease))
             .map(|_| ())
             .boxed();
         work(stop).await;
+        metrics.leading(&election.lease_name, false);
         lost = !*leading.borrow();
     }
     // Dropping the receiver ends the manager's task, which releases the Lease.

@@ -9,6 +9,9 @@
 //! Events, finalizes through the plugin, and requeues with per-object
 //! backoff. Objects waiting for a plugin wake when a Ready plugin of their
 //! API appears (kplug's own watch API). Replicas elect a leader on a Lease.
+//! Each delegation carries a W3C `traceparent` ([`trace`]), and the
+//! operator serves Prometheus metrics ([`metrics`]) on an authorized
+//! HTTPS `/metrics` endpoint.
 //!
 //! ```no_run
 //! # async fn run(config: kube::Config, resource: kube::api::ApiResource) -> Result<(), kplug_operator::Error> {
@@ -26,9 +29,12 @@ pub mod delegate;
 mod discovery;
 pub mod extensions;
 mod leader;
+pub mod metrics;
+mod metrics_server;
 pub mod path;
 mod reconciler;
 pub mod status;
+pub mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,9 +46,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use binding::BindingPolicy;
-pub use config::{LeaderElection, OperatorArgs, Options};
+pub use config::{BindAddress, LeaderElection, MetricsServing, OperatorArgs, Options};
 pub use discovery::discover;
 pub use extensions::{ExtensionError, ExtensionRef};
+pub use metrics::Metrics;
+pub use metrics_server::{ServeError, TlsError};
 pub use path::FieldPath;
 
 use reconciler::Context;
@@ -83,6 +91,8 @@ pub enum Error {
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
     #[error("lost the leader election Lease {0}: stopping so that only the new leader writes")]
     LostLeadership(String),
+    #[error(transparent)]
+    Metrics(#[from] ServeError),
 }
 
 type ExtensionsHook =
@@ -133,6 +143,7 @@ pub struct Operator {
     resource: ApiResource,
     options: Options,
     hooks: Hooks,
+    metrics: Metrics,
 }
 
 impl Operator {
@@ -146,13 +157,23 @@ impl Operator {
         let mut without_retries = config;
         without_retries.default_retry = false;
         let delegation_client = Client::try_from(without_retries)?;
+        // controller-runtime names a controller after its kind, lowercased.
+        let metrics = Metrics::new(&resource.kind.to_lowercase(), options.concurrency);
         Ok(Self {
             client,
             delegation_client,
             resource,
             options,
             hooks: Hooks::default(),
+            metrics,
         })
+    }
+
+    /// The operator's metrics, to register into a registry of one's own
+    /// ([`Metrics::register`]) when not serving them with
+    /// [`Options::metrics`].
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// An operator for a typed resource, e.g. one derived with
@@ -202,6 +223,18 @@ impl Operator {
                 .map(|l| l.identity.clone()),
         };
         let recorder = Recorder::new(self.client.clone(), reporter);
+        // Served by every replica, leader or not, until `run` returns.
+        let _metrics_server = match &self.options.metrics {
+            Some(serving) => Some(
+                metrics_server::start(
+                    serving,
+                    metrics::registry(&self.metrics),
+                    self.client.clone(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let api = kplug_api::v1alpha1::ApiSelector {
             group: self.resource.group.clone(),
             resource: self.resource.plural.clone(),
@@ -210,22 +243,25 @@ impl Operator {
         let watched =
             discovery::discover_all(&self.client, &self.options.watched_extensions).await?;
         let election = self.options.leader_election.clone();
-        let ctx = Arc::new(Context::new(
-            self.client.clone(),
-            self.delegation_client,
-            self.resource,
-            api,
-            self.options,
-            self.hooks,
-            recorder,
-        ));
+        let ctx = Arc::new(
+            Context::new(
+                self.client.clone(),
+                self.delegation_client,
+                self.resource,
+                api,
+                self.options,
+                self.hooks,
+                recorder,
+            )
+            .with_metrics(self.metrics.clone()),
+        );
         match election {
             None => {
                 controller::run(ctx, watched, shutdown).await;
                 Ok(())
             }
             Some(election) => {
-                leader::run_as_leader(self.client, &election, shutdown, |stop| {
+                leader::run_as_leader(self.client, &election, &self.metrics, shutdown, |stop| {
                     controller::run(ctx, watched, stop)
                 })
                 .await

@@ -4,26 +4,29 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use jiff::Timestamp;
 use kplug_api::v1alpha1::{ApiSelector, Operation, ReconcileStatus};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kplug_proto::trace::TraceParent;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
-use tracing::{info, warn};
+use serde_json::Value;
+use tracing::{Instrument, info, warn};
+
+mod writes;
 
 use crate::Hooks;
 use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
-use crate::extensions::{ExtensionError, ExtensionRef, Resolver};
-use crate::status::{Desired, Outcome, Owned, needs_write};
+use crate::extensions::{ExtensionError, Resolver};
+use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
+use crate::status::Outcome;
 
 /// Why a reconcile ended early; each carries when to try again.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +69,9 @@ pub struct Context {
     /// Objects that wait for a Ready plugin: a plugin turning Ready wakes them.
     pub waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
     backoffs: Mutex<HashMap<ObjectRef<DynamicObject>, ExponentialBackoff>>,
+    pub metrics: Metrics,
+    /// Objects whose last reconcile scheduled a retry: `workqueue_depth`.
+    retrying: Mutex<HashSet<ObjectRef<DynamicObject>>>,
 }
 
 impl Context {
@@ -78,6 +84,7 @@ impl Context {
         hooks: Hooks,
         recorder: Recorder,
     ) -> Self {
+        let metrics = Metrics::new(&resource.kind.to_lowercase(), options.concurrency);
         Self {
             resolver: Resolver::new(client.clone()),
             client,
@@ -89,7 +96,28 @@ impl Context {
             recorder,
             waiting: Mutex::default(),
             backoffs: Mutex::default(),
+            metrics,
+            retrying: Mutex::default(),
         }
+    }
+
+    /// Counts into `metrics` (the operator's, which it serves).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Records a finished reconcile: its result and time, and whether the
+    /// object now waits for a retry.
+    fn reconciled(&self, object: &DynamicObject, result: ReconcileResult, took: Duration) {
+        self.metrics.reconciled(result, took);
+        let mut retrying = self.retrying.lock();
+        if result.retries() {
+            retrying.insert(self.object_ref(object));
+        } else {
+            retrying.remove(&self.object_ref(object));
+        }
+        self.metrics.queue_depth(retrying.len());
     }
 
     fn object_ref(&self, object: &DynamicObject) -> ObjectRef<DynamicObject> {
@@ -139,81 +167,6 @@ impl Context {
             }
             None => Api::all_with(self.client.clone(), &self.resource),
         }
-    }
-
-    async fn event(
-        &self,
-        object: &DynamicObject,
-        type_: EventType,
-        reason: &str,
-        note: &str,
-        action: &str,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note.chars().take(1024).collect()),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        let reference = object.object_ref(&self.resource);
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            warn!(%error, object = %self.object_ref(object), reason, "recording an Event failed");
-        }
-    }
-
-    async fn warning(&self, object: &DynamicObject, reason: &str, note: &str, action: &str) {
-        self.event(object, EventType::Warning, reason, note, action)
-            .await;
-    }
-
-    /// Applies `desired` to `object`'s status unless nothing would change;
-    /// returns whether it wrote.
-    async fn write_status(
-        &self,
-        api: &Api<DynamicObject>,
-        object: &DynamicObject,
-        desired: Map<String, Value>,
-        owned: &Owned,
-    ) -> Result<bool, ReconcileError> {
-        let current = object.data.get("status").unwrap_or(&Value::Null);
-        if !needs_write(current, &desired, owned) {
-            return Ok(false);
-        }
-        let types = object.types.clone().unwrap_or_default();
-        let what = format!("the status of {} {}", types.kind, object.name_any());
-        let patch = json!({
-            "apiVersion": types.api_version,
-            "kind": types.kind,
-            "status": desired,
-        });
-        tracing::debug!(%what, %patch, "applying");
-        let params = PatchParams::apply(&self.options.field_manager).force();
-        api.patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
-            .await
-            .map_err(|source| ReconcileError::Write { what, source })?;
-        Ok(true)
-    }
-
-    /// Writes the object's status for `outcome`, when it changes anything.
-    async fn write_outcome(
-        &self,
-        api: &Api<DynamicObject>,
-        object: &DynamicObject,
-        binding: Option<&str>,
-        outcome: &Outcome<'_>,
-    ) -> Result<bool, ReconcileError> {
-        let owned = Owned::read(&object.metadata, &self.options.field_manager);
-        let desired = Desired {
-            current: object.data.get("status").unwrap_or(&Value::Null),
-            owned: &owned,
-            generation: object.metadata.generation,
-            binding,
-            layout: &self.options.object_status,
-            now: Timestamp::now(),
-        }
-        .status(outcome);
-        self.write_status(api, object, desired, &owned).await
     }
 
     /// Writes the conditions (and keeps the rest) for an outcome without an
@@ -270,6 +223,7 @@ impl Context {
         object: &DynamicObject,
         extensions: &[DynamicObject],
         operation: Operation,
+        trace: TraceParent,
     ) -> Result<ReconcileStatus, DelegateError> {
         let finalizing = operation == Operation::Finalize;
         let required = self
@@ -277,7 +231,8 @@ impl Context {
             .binding
             .required(bound_implementation(object), finalizing);
         let preferred = (self.hooks.preferred_implementation)(object, &self.options);
-        delegate::delegate(
+        let started = Instant::now();
+        let answer = delegate::delegate(
             &self.delegation_client,
             &Delegation {
                 operation,
@@ -287,54 +242,23 @@ impl Context {
                 preferred_implementation: preferred.filter(|_| required.is_none()),
                 required_implementation: required.map(str::to_owned),
                 timeout: self.options.reconcile_timeout,
+                traceparent: Some(trace),
             },
         )
-        .await
-    }
-
-    /// Writes the plugin's extension statuses; a failure is reported on the
-    /// object and does not stop the others.
-    async fn write_extension_statuses(
-        &self,
-        object: &DynamicObject,
-        extensions: &[DynamicObject],
-        answer: &ReconcileStatus,
-    ) {
-        for reported in &answer.extension_statuses {
-            let reference = ExtensionRef {
-                api_version: reported.reference.api_version.clone(),
-                kind: reported.reference.kind.clone(),
-                name: reported.reference.name.clone(),
-                namespace: Some(reported.reference.namespace.clone()).filter(|n| !n.is_empty()),
-            };
-            let namespace = object.namespace();
-            let Some(extension) = extensions
-                .iter()
-                .find(|e| reference.names(e, namespace.as_deref()))
-            else {
-                warn!(object = %self.object_ref(object), extension = %reference, "the plugin reported a status for an extension it was not sent");
-                continue;
-            };
-            let Value::Object(desired) = &reported.status else {
-                warn!(extension = %reference, "the plugin reported a status that is not an object");
-                continue;
-            };
-            let result = async {
-                let api = self
-                    .resolver
-                    .api(&reference, namespace.as_deref())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let owned = Owned::read(&extension.metadata, &self.options.field_manager);
-                self.write_status(&api, extension, desired.clone(), &owned)
-                    .await
-                    .map_err(|e| e.to_string())
-            };
-            if let Err(message) = result.await {
-                self.warning(object, "ExtensionStatusNotWritten", &message, "Reconcile")
-                    .await;
-            }
+        .await;
+        let reason = answer
+            .as_ref()
+            .map_or_else(DelegateError::reason, |_| DELEGATION_SUCCESS);
+        self.metrics
+            .delegated(operation.as_str(), reason, started.elapsed());
+        if let Ok(answer) = &answer {
+            // The reconcile's span: every line from here on carries it.
+            tracing::Span::current().record(
+                "operation_id",
+                tracing::field::display(&answer.operation_id),
+            );
         }
+        answer
     }
 
     /// `Event::Apply`: reconcile through a plugin.
@@ -342,26 +266,29 @@ impl Context {
         &self,
         api: &Api<DynamicObject>,
         object: &DynamicObject,
-    ) -> Result<Action, ReconcileError> {
+        trace: TraceParent,
+    ) -> Result<(Action, ReconcileResult), ReconcileError> {
+        use ReconcileResult::{Error, Requeue, RequeueAfter, Success};
         let key = self.object_ref(object);
         let extensions = match self.extensions(object, false).await {
             Ok(extensions) => extensions,
             Err(error) => {
                 self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
                     .await?;
-                return Ok(Action::requeue(self.backoff(object)));
+                return Ok((Action::requeue(self.backoff(object)), Error));
             }
         };
-        let answer = match self.call(object, &extensions, Operation::Reconcile).await {
+        let call = self.call(object, &extensions, Operation::Reconcile, trace);
+        let answer = match call.await {
             Ok(answer) => answer,
             Err(DelegateError::TooManyRequests { retry_after, .. }) => {
-                return Ok(Action::requeue(retry_after));
+                return Ok((Action::requeue(retry_after), Requeue));
             }
             Err(error) => {
                 let delay = self.retry_delay(object, &error);
                 self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
                     .await?;
-                return Ok(Action::requeue(delay));
+                return Ok((Action::requeue(delay), Error));
             }
         };
         self.waiting.lock().remove(&key);
@@ -385,11 +312,14 @@ impl Context {
             .requeue_after_seconds
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64);
-        let requeue_in = if answer.success {
+        let (requeue_in, result) = if answer.success {
             self.forget(object);
-            asked.map_or(self.options.resync, |a| a.min(self.options.resync))
+            match asked.filter(|a| *a < self.options.resync) {
+                Some(asked) => (asked, RequeueAfter),
+                None => (self.options.resync, Success),
+            }
         } else {
-            asked.unwrap_or_default().max(self.backoff(object))
+            (asked.unwrap_or_default().max(self.backoff(object)), Error)
         };
         info!(
             object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,
@@ -397,28 +327,7 @@ impl Context {
             requeue_in_seconds = requeue_in.as_secs_f64(), operation_id = %answer.operation_id,
             "reconciled"
         );
-        Ok(Action::requeue(requeue_in))
-    }
-
-    async fn record_results(&self, object: &DynamicObject, answer: &ReconcileStatus, action: &str) {
-        for result in &answer.results {
-            let type_ = if result.severity == "Normal" {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            self.event(object, type_, &result.reason, &result.message, action)
-                .await;
-        }
-        if answer.results.is_empty() && !answer.success {
-            self.warning(
-                object,
-                "ReconcileFailed",
-                "the plugin reported a failure",
-                action,
-            )
-            .await;
-        }
+        Ok((Action::requeue(requeue_in), result))
     }
 
     /// `Event::Cleanup`: finalize through the bound implementation; the
@@ -427,6 +336,7 @@ impl Context {
         &self,
         api: &Api<DynamicObject>,
         object: &DynamicObject,
+        trace: TraceParent,
     ) -> Result<Action, ReconcileError> {
         let key = self.object_ref(object);
         let Some(bound) = bound_implementation(object) else {
@@ -447,7 +357,10 @@ impl Context {
                 return Err(ReconcileError::NotFinalized(message, self.backoff(object)));
             }
         };
-        match self.call(object, &extensions, Operation::Finalize).await {
+        match self
+            .call(object, &extensions, Operation::Finalize, trace)
+            .await
+        {
             Ok(answer) if answer.success => {
                 info!(object = %key, plugin = %answer.plugin.name, operation_id = %answer.operation_id, "finalized");
                 self.record_results(object, &answer, "Finalize").await;
@@ -486,20 +399,48 @@ pub fn bound_implementation(object: &DynamicObject) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
-/// The controller's reconcile function.
+/// The controller's reconcile function: one trace and one span per
+/// reconcile (see [`crate::trace`]), counted in the metrics.
 pub async fn reconcile(
     object: Arc<DynamicObject>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let _worker = ctx.metrics.worker();
+    let started = Instant::now();
+    let trace = crate::trace::for_object(&object);
+    let span = tracing::info_span!(
+        "reconcile",
+        object = %ctx.object_ref(&object),
+        trace_id = %trace.trace_id(),
+        operation_id = tracing::field::Empty,
+    );
     let api = ctx.api_for(&object);
-    finalizer(&api, &ctx.options.finalizer, object, |event| async {
-        match event {
-            finalizer::Event::Apply(object) => ctx.apply(&api, &object).await,
-            finalizer::Event::Cleanup(object) => ctx.cleanup(&api, &object).await,
-        }
-    })
+    // Adding or removing the finalizer alone is a success.
+    let result = Mutex::new(ReconcileResult::Success);
+    let outcome = finalizer(
+        &api,
+        &ctx.options.finalizer,
+        object.clone(),
+        |event| async {
+            match event {
+                finalizer::Event::Apply(object) => {
+                    let (action, ended) = ctx.apply(&api, &object, trace).await?;
+                    *result.lock() = ended;
+                    Ok(action)
+                }
+                finalizer::Event::Cleanup(object) => ctx.cleanup(&api, &object, trace).await,
+            }
+        },
+    )
+    .instrument(span)
     .await
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
+    let ended = match outcome {
+        Ok(_) => *result.lock(),
+        Err(_) => ReconcileResult::Error,
+    };
+    ctx.reconciled(&object, ended, started.elapsed());
+    outcome
 }
 
 /// The controller's error policy: the error's own delay, else the object's backoff.

@@ -227,6 +227,8 @@ fn start_operator(binary: &Path, kubeconfig: &Path, log_path: &Path) -> Result<P
             .arg(kubeconfig)
             .args([
                 "--leader-elect=false",
+                // Metrics on a port of its own: no clash with anything on :8443.
+                "--metrics-bind-address=127.0.0.1:0",
                 "--namespace",
                 NAMESPACE,
                 "--concurrency",

@@ -145,6 +145,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
                         preferred_implementation: None,
                         required_implementation: None,
                         timeout: REQUEST_TIMEOUT,
+                        traceparent: None,
                     },
                 ),
             )

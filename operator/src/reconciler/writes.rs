@@ -1,0 +1,182 @@
+//! What a reconcile writes: the object's and its extensions' status
+//! (server-side apply, skipped when nothing would change) and Events.
+
+use jiff::Timestamp;
+use kplug_api::v1alpha1::ReconcileStatus;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+use tracing::warn;
+
+use super::{Context, ReconcileError};
+use crate::extensions::ExtensionRef;
+use crate::metrics::WriteTarget;
+use crate::status::{Desired, Outcome, Owned, needs_write};
+
+impl Context {
+    pub(super) async fn event(
+        &self,
+        object: &DynamicObject,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(1024).collect()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        let reference = object.object_ref(&self.resource);
+        let published = self.recorder.publish(&event, &reference).await;
+        self.metrics
+            .event(type_ == EventType::Normal, reason, published.is_ok());
+        if let Err(error) = published {
+            warn!(%error, object = %self.object_ref(object), reason, "recording an Event failed");
+        }
+    }
+
+    pub(super) async fn warning(
+        &self,
+        object: &DynamicObject,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
+        self.event(object, EventType::Warning, reason, note, action)
+            .await;
+    }
+
+    /// Applies `desired` to `object`'s status unless nothing would change;
+    /// returns whether it wrote.
+    pub(super) async fn write_status(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        desired: Map<String, Value>,
+        owned: &Owned,
+        target: WriteTarget,
+    ) -> Result<bool, ReconcileError> {
+        let current = object.data.get("status").unwrap_or(&Value::Null);
+        if !needs_write(current, &desired, owned) {
+            return Ok(false);
+        }
+        let types = object.types.clone().unwrap_or_default();
+        let what = format!("the status of {} {}", types.kind, object.name_any());
+        let patch = json!({
+            "apiVersion": types.api_version,
+            "kind": types.kind,
+            "status": desired,
+        });
+        tracing::debug!(%what, %patch, "applying");
+        let params = PatchParams::apply(&self.options.field_manager).force();
+        let written = api
+            .patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
+            .await;
+        self.metrics.status_written(target, written.is_ok());
+        written.map_err(|source| ReconcileError::Write { what, source })?;
+        Ok(true)
+    }
+
+    /// Writes the object's status for `outcome`, when it changes anything.
+    pub(super) async fn write_outcome(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        binding: Option<&str>,
+        outcome: &Outcome<'_>,
+    ) -> Result<bool, ReconcileError> {
+        let owned = Owned::read(&object.metadata, &self.options.field_manager);
+        let desired = Desired {
+            current: object.data.get("status").unwrap_or(&Value::Null),
+            owned: &owned,
+            generation: object.metadata.generation,
+            binding,
+            layout: &self.options.object_status,
+            now: Timestamp::now(),
+        }
+        .status(outcome);
+        self.write_status(api, object, desired, &owned, WriteTarget::Object)
+            .await
+    }
+
+    /// Writes the plugin's extension statuses; a failure is reported on the
+    /// object and does not stop the others.
+    pub(super) async fn write_extension_statuses(
+        &self,
+        object: &DynamicObject,
+        extensions: &[DynamicObject],
+        answer: &ReconcileStatus,
+    ) {
+        for reported in &answer.extension_statuses {
+            let reference = ExtensionRef {
+                api_version: reported.reference.api_version.clone(),
+                kind: reported.reference.kind.clone(),
+                name: reported.reference.name.clone(),
+                namespace: Some(reported.reference.namespace.clone()).filter(|n| !n.is_empty()),
+            };
+            let namespace = object.namespace();
+            let Some(extension) = extensions
+                .iter()
+                .find(|e| reference.names(e, namespace.as_deref()))
+            else {
+                warn!(object = %self.object_ref(object), extension = %reference, "the plugin reported a status for an extension it was not sent");
+                continue;
+            };
+            let Value::Object(desired) = &reported.status else {
+                warn!(extension = %reference, "the plugin reported a status that is not an object");
+                continue;
+            };
+            let result = async {
+                let api = self
+                    .resolver
+                    .api(&reference, namespace.as_deref())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let owned = Owned::read(&extension.metadata, &self.options.field_manager);
+                self.write_status(
+                    &api,
+                    extension,
+                    desired.clone(),
+                    &owned,
+                    WriteTarget::Extension,
+                )
+                .await
+                .map_err(|e| e.to_string())
+            };
+            if let Err(message) = result.await {
+                self.warning(object, "ExtensionStatusNotWritten", &message, "Reconcile")
+                    .await;
+            }
+        }
+    }
+
+    pub(super) async fn record_results(
+        &self,
+        object: &DynamicObject,
+        answer: &ReconcileStatus,
+        action: &str,
+    ) {
+        for result in &answer.results {
+            let type_ = if result.severity == "Normal" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            self.event(object, type_, &result.reason, &result.message, action)
+                .await;
+        }
+        if answer.results.is_empty() && !answer.success {
+            self.warning(
+                object,
+                "ReconcileFailed",
+                "the plugin reported a failure",
+                action,
+            )
+            .await;
+        }
+    }
+}
