@@ -6,9 +6,10 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kplug_test_support::postgres::venv_python;
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, Lines, Process, hello_plugin_command, output_text,
-    plugin_identity, widget_crd, workspace_binary,
+    AggregatedKplug, ControlPlane, Lines, Process, free_port, hello_plugin_command, output_text,
+    plugin_identity, plugin_tls, repo_root, widget_crd, workspace_binary,
 };
 use serde_json::Value;
 
@@ -31,6 +32,20 @@ spec:
         x-kubernetes-preserve-unknown-fields: true
 "#;
 
+/// What the hello plugins serve here.
+const WIDGETS_API: &str = "widgets.test.kplug.io/v1";
+
+/// The Widget `default/NAME` asking for `preferred`, with the trace to
+/// continue in its `kplug.io/traceparent` annotation when given.
+pub fn widget(name: &str, preferred: &str, traceparent: Option<&str>) -> String {
+    let annotations = traceparent.map_or(String::new(), |t| {
+        format!(", annotations: {{kplug.io/traceparent: '{t}'}}")
+    });
+    format!(
+        "apiVersion: test.kplug.io/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: default{annotations}}}\nspec: {{size: 1, preferredImplementation: {preferred}}}\n"
+    )
+}
+
 /// Fields drop in order: the processes stop before `work` is deleted.
 pub struct Widgets {
     pub kplug: AggregatedKplug,
@@ -40,13 +55,21 @@ pub struct Widgets {
 
 impl Widgets {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// As [`Widgets::start`], with `kplug_flags` for kplug (e.g. `--log`).
+    pub fn start_with(kplug_flags: &[&str]) -> Self {
         let work = tempfile::Builder::new()
             .prefix("kplug-operator-widgets-")
             .tempdir_in("/tmp")
             .expect("temp dir");
         let cluster = ControlPlane::start(work.path().join("cp"));
-        let kplug =
-            AggregatedKplug::start(&cluster, work.path(), &["--min-heartbeat-interval", "1s"]);
+        let kplug = AggregatedKplug::start(
+            &cluster,
+            work.path(),
+            &[&["--min-heartbeat-interval", "1s"], kplug_flags].concat(),
+        );
         cluster.apply(&widget_crd("test.kplug.io"));
         cluster.apply(GADGETS);
         for crd in ["widgets", "gadgets"] {
@@ -70,17 +93,39 @@ impl Widgets {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         Process::spawn(
             hello_plugin_command(&self.kplug, name, &token)
-                .args([
-                    "--api",
-                    "widgets.test.kplug.io/v1",
-                    "--heartbeat-interval",
-                    "1",
-                ])
+                .args(["--api", WIDGETS_API, "--heartbeat-interval", "1"])
                 .args(["--implementation", implementation])
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit()),
             name,
         )
+    }
+
+    /// A hello plugin as [`Widgets::plugin`] starts it, its log read.
+    pub fn plugin_logged(&self, name: &str, implementation: &str) -> (Process, Lines) {
+        let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
+        Process::spawn_with_stderr(
+            hello_plugin_command(&self.kplug, name, &token)
+                .args(["--api", WIDGETS_API, "--heartbeat-interval", "1"])
+                .args(["--implementation", implementation])
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null()),
+            name,
+        )
+    }
+
+    /// The Python hello plugin (examples/hello-python) named `name`
+    /// serving widgets as `implementation`, its log read.
+    pub fn python_plugin(&self, name: &str, implementation: &str) -> (Process, Lines) {
+        let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
+        let mut command = Command::new(venv_python());
+        command
+            .arg(repo_root().join("examples/hello-python/hello.py"))
+            .args(["--name", name, "--api", WIDGETS_API])
+            .args(["--implementation", implementation])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
+        plugin_tls(&mut command, &self.kplug, &token);
+        Process::spawn_with_stderr(&mut command, name)
     }
 
     /// `kplug-operator` for `resource` in the namespace `default`, as the
@@ -94,6 +139,8 @@ impl Widgets {
                 "--leader-elect=false",
                 "--namespace",
                 "default",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
             ])
             .arg("--kubeconfig")
             .arg(self.cluster.kubeconfig())
