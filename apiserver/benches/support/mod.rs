@@ -16,9 +16,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kplug_test_support::StandaloneKplug;
 use kplug_test_support::measure::{OtherLoad, proc_status_kib, process_cpu_time};
 use kplug_test_support::report::Machine;
+use kplug_test_support::{StandaloneKplug, workspace_binary};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -44,7 +44,14 @@ impl Server {
     /// `flags`, logging at `info` only (the tests' debug logging would be
     /// measured too), and waits for its serving banner.
     pub fn start(flags: &[&str]) -> Self {
-        let kplug = StandaloneKplug::start_with(&[&["--log", "info"], flags].concat());
+        Self::start_binary(&workspace_binary("kplug-apiserver"), flags)
+    }
+
+    /// Starts `binary` (another build of kplug) the same way.
+    pub fn start_binary(binary: &Path, flags: &[&str]) -> Self {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let kplug =
+            StandaloneKplug::start_binary_in(binary, state, &[&["--log", "info"], flags].concat());
         let (api, grpc) = (kplug.api_address(), kplug.grpc_address());
         eprintln!(
             "started kplug-apiserver (pid {}): api {api}, grpc {grpc}",
