@@ -101,13 +101,14 @@ impl FromStr for TraceParent {
 
 impl fmt::Display for TraceParent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.parent_id),
-            self.flags
-        )
+        let mut text = String::with_capacity(55);
+        text.push_str("00-");
+        push_hex(&mut text, &self.trace_id);
+        text.push('-');
+        push_hex(&mut text, &self.parent_id);
+        text.push('-');
+        push_hex(&mut text, &[self.flags]);
+        f.write_str(&text)
     }
 }
 
@@ -139,7 +140,19 @@ fn nibble(digit: u8) -> Result<u8, TraceParentError> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    let mut text = String::with_capacity(2 * bytes.len());
+    push_hex(&mut text, bytes);
+    text
+}
+
+/// Lowercase hex, without a formatting call per byte: kplug makes these
+/// on every reconcile.
+fn push_hex(text: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
 }
 
 fn nonzero_random<const N: usize>() -> [u8; N] {

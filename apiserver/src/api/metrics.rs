@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -23,7 +23,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::status::ApiError;
-use crate::auth::Attributes;
+use crate::auth::RequestInfo;
 use crate::v1alpha1::{GROUP, VERSION};
 
 /// kube-apiserver's buckets for `apiserver_request_duration_seconds`.
@@ -68,15 +68,26 @@ pub struct RequestMetrics {
     total: Family<CodeLabels, Counter>,
     duration: HistogramFamily<RequestLabels>,
     in_flight: Family<KindLabels, Gauge>,
+    /// The two series of `in_flight`, held so requests skip the lookup.
+    read_only: Gauge,
+    mutating: Gauge,
     long_running: Family<RequestLabels, Gauge>,
 }
 
 impl Default for RequestMetrics {
     fn default() -> Self {
+        let in_flight = Family::<KindLabels, Gauge>::default();
+        let series = |request_kind| {
+            in_flight
+                .get_or_create(&KindLabels { request_kind })
+                .clone()
+        };
         Self {
             total: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
-            in_flight: Family::default(),
+            read_only: series("readOnly"),
+            mutating: series("mutating"),
+            in_flight,
             long_running: Family::default(),
         }
     }
@@ -115,7 +126,7 @@ pub async fn instrument(
     request: Request,
     next: Next,
 ) -> Response {
-    let labels = classify(&Attributes::of_request(
+    let labels = classify(RequestInfo::parse(
         request.method(),
         request.uri().path(),
         request.uri().query(),
@@ -123,14 +134,11 @@ pub async fn instrument(
     if labels.verb == "WATCH" {
         return watch(metrics, labels, request, next).await;
     }
-    let kind = KindLabels {
-        request_kind: if matches!(labels.verb, "GET" | "LIST" | "HEAD" | "OPTIONS") {
-            "readOnly"
-        } else {
-            "mutating"
-        },
+    let in_flight = if matches!(labels.verb, "GET" | "LIST" | "HEAD" | "OPTIONS") {
+        &metrics.read_only
+    } else {
+        &metrics.mutating
     };
-    let in_flight = metrics.in_flight.get_or_create(&kind).clone();
     in_flight.inc();
     let started = Instant::now();
     let response = next.run(request).await;
@@ -187,7 +195,7 @@ impl Drop for OpenWatch {
 }
 
 /// Maps a request to labels drawn only from kplug's own routes.
-fn classify(attributes: &Attributes) -> RequestLabels {
+fn classify(info: RequestInfo<'_>) -> RequestLabels {
     let unknown = |verb| RequestLabels {
         verb,
         group: "",
@@ -197,15 +205,15 @@ fn classify(attributes: &Attributes) -> RequestLabels {
         scope: "",
         component: "apiserver",
     };
-    match attributes {
-        Attributes::NonResource { verb, .. } => unknown(method_verb(verb)),
-        Attributes::Resource {
+    match info {
+        RequestInfo::NonResource { method, .. } => unknown(method_verb(method)),
+        RequestInfo::Resource {
             verb,
             resource,
             subresource,
             name,
         } => {
-            let (resource, subresource) = match (resource.as_str(), subresource.as_str()) {
+            let (resource, subresource) = match (resource, subresource) {
                 ("plugins", "") => ("plugins", ""),
                 ("plugins", "reconcile") => ("plugins", "reconcile"),
                 ("reconciles", "") => ("reconciles", ""),
@@ -243,15 +251,15 @@ fn resource_verb(verb: &str) -> &'static str {
     }
 }
 
-fn method_verb(method: &str) -> &'static str {
-    match method {
-        "get" => "GET",
-        "head" => "HEAD",
-        "post" => "POST",
-        "put" => "PUT",
-        "patch" => "PATCH",
-        "delete" => "DELETE",
-        "options" => "OPTIONS",
+fn method_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
         _ => "other",
     }
 }
@@ -270,12 +278,10 @@ pub async fn serve(State(registry): State<Arc<Registry>>) -> Result<Response, Ap
 
 #[cfg(test)]
 mod tests {
-    use axum::http::Method;
-
     use super::*;
 
     fn labels(method: Method, path: &str, query: Option<&str>) -> RequestLabels {
-        classify(&Attributes::of_request(&method, path, query))
+        classify(RequestInfo::parse(&method, path, query))
     }
 
     #[test]

@@ -20,20 +20,38 @@ pub enum Attributes {
     },
 }
 
-impl Attributes {
-    /// Classifies a request the way kube-apiserver's RequestInfo does.
-    pub fn of_request(method: &Method, path: &str, query: Option<&str>) -> Self {
-        let prefix = format!("/apis/{GROUP}/{VERSION}/");
-        let Some(rest) = path.strip_prefix(&prefix).filter(|r| !r.is_empty()) else {
-            return Self::NonResource {
-                verb: method.as_str().to_lowercase(),
-                path: path.to_owned(),
-            };
+/// What a request asks to do, borrowed from its method, path and query:
+/// kube-apiserver's RequestInfo, parsed without allocating, for the
+/// authorizer ([`Attributes`]) and the request metrics alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestInfo<'a> {
+    Resource {
+        verb: &'static str,
+        resource: &'a str,
+        /// Everything after the name, e.g. `reconcile`.
+        subresource: &'a str,
+        name: &'a str,
+    },
+    NonResource {
+        method: &'a Method,
+        path: &'a str,
+    },
+}
+
+impl<'a> RequestInfo<'a> {
+    pub fn parse(method: &'a Method, path: &'a str, query: Option<&str>) -> Self {
+        let rest = path
+            .strip_prefix("/apis/")
+            .and_then(|rest| rest.strip_prefix(GROUP))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| rest.strip_prefix(VERSION))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .filter(|rest| !rest.is_empty());
+        let Some(rest) = rest else {
+            return Self::NonResource { method, path };
         };
-        let mut parts = rest.split('/');
-        let resource = parts.next().unwrap_or_default().to_owned();
-        let name = parts.next().unwrap_or_default().to_owned();
-        let subresource = parts.collect::<Vec<_>>().join("/");
+        let (resource, rest) = rest.split_once('/').unwrap_or((rest, ""));
+        let (name, subresource) = rest.split_once('/').unwrap_or((rest, ""));
         let watch = query.is_some_and(|q| {
             q.split('&')
                 .any(|pair| matches!(pair, "watch=true" | "watch=1"))
@@ -47,18 +65,36 @@ impl Attributes {
             (&Method::PATCH, _) => "patch",
             (&Method::DELETE, true) => "deletecollection",
             (&Method::DELETE, false) => "delete",
-            (other, _) => {
-                return Self::NonResource {
-                    verb: other.as_str().to_lowercase(),
-                    path: path.to_owned(),
-                };
-            }
+            _ => return Self::NonResource { method, path },
         };
         Self::Resource {
-            verb: verb.to_owned(),
+            verb,
             resource,
             subresource,
             name,
+        }
+    }
+}
+
+impl Attributes {
+    /// Classifies a request the way kube-apiserver's RequestInfo does.
+    pub fn of_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        match RequestInfo::parse(method, path, query) {
+            RequestInfo::Resource {
+                verb,
+                resource,
+                subresource,
+                name,
+            } => Self::Resource {
+                verb: verb.to_owned(),
+                resource: resource.to_owned(),
+                subresource: subresource.to_owned(),
+                name: name.to_owned(),
+            },
+            RequestInfo::NonResource { method, path } => Self::NonResource {
+                verb: method.as_str().to_lowercase(),
+                path: path.to_owned(),
+            },
         }
     }
 

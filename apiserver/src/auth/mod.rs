@@ -22,7 +22,7 @@ use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
 use crate::api::status::ApiError;
-pub use attributes::Attributes;
+pub use attributes::{Attributes, RequestInfo};
 use delegated::Delegated;
 
 /// An authenticated user, as Kubernetes names one.

@@ -1,5 +1,9 @@
 //! Reconciles by plugin, operation and outcome, and why calls failed.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -61,12 +65,25 @@ impl ProxyError {
     }
 }
 
+/// One plugin's series of one operation, held so that a call updates
+/// them without building and hashing its labels.
+#[derive(Debug)]
+struct OperationSeries {
+    duration: Histogram,
+    /// By outcome, in the order of `OUTCOMES`.
+    outcomes: [Counter; 3],
+}
+
+/// By operation, in the order of `OPERATIONS`.
+type PluginSeries = [OperationSeries; 2];
+
 /// The proxy's families.
 #[derive(Clone, Debug)]
 pub struct ProxyMetrics {
     reconciles: Family<OutcomeLabels, Counter>,
     duration: Family<CallLabels, Histogram, fn() -> Histogram>,
     errors: Family<ErrorLabels, Counter>,
+    series: Arc<RwLock<HashMap<String, Arc<PluginSeries>>>>,
 }
 
 impl Default for ProxyMetrics {
@@ -75,6 +92,7 @@ impl Default for ProxyMetrics {
             reconciles: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
             errors: Family::default(),
+            series: Arc::default(),
         }
     }
 }
@@ -98,7 +116,38 @@ impl ProxyMetrics {
         );
     }
 
-    /// Records one call that took `seconds`.
+    /// `plugin`'s series: a read lock when they exist; made (at zero, so
+    /// every outcome shows) at its first call.
+    fn plugin_series(&self, plugin: &str) -> Arc<PluginSeries> {
+        if let Some(series) = self.series.read().get(plugin) {
+            return series.clone();
+        }
+        let operation = |operation: &'static str| OperationSeries {
+            duration: self
+                .duration
+                .get_or_create(&CallLabels {
+                    plugin: plugin.to_owned(),
+                    operation,
+                })
+                .clone(),
+            outcomes: OUTCOMES.map(|outcome| {
+                self.reconciles
+                    .get_or_create(&OutcomeLabels {
+                        plugin: plugin.to_owned(),
+                        operation,
+                        outcome,
+                    })
+                    .clone()
+            }),
+        };
+        self.series
+            .write()
+            .entry(plugin.to_owned())
+            .or_insert_with(|| Arc::new(OPERATIONS.map(operation)))
+            .clone()
+    }
+
+    /// Records one call of `operation` that took `seconds`.
     pub fn call<T>(
         &self,
         plugin: &str,
@@ -107,14 +156,9 @@ impl ProxyMetrics {
         result: &Result<T, ProxyError>,
         success: impl FnOnce(&T) -> bool,
     ) {
-        let call = CallLabels {
-            plugin: plugin.to_owned(),
-            operation,
-        };
-        self.duration.get_or_create(&call).observe(seconds);
         let outcome = match result {
-            Ok(answer) if success(answer) => "success",
-            Ok(_) => "failure",
+            Ok(answer) if success(answer) => 0,
+            Ok(_) => 1,
             Err(error) => {
                 self.errors
                     .get_or_create(&ErrorLabels {
@@ -122,21 +166,25 @@ impl ProxyMetrics {
                         class: error.class(),
                     })
                     .inc();
-                "error"
+                2
             }
         };
-        self.reconciles
-            .get_or_create(&OutcomeLabels {
-                plugin: call.plugin,
-                operation,
-                outcome,
-            })
-            .inc();
+        let series = self.plugin_series(plugin);
+        let Some(series) = OPERATIONS
+            .iter()
+            .position(|known| *known == operation)
+            .and_then(|index| series.get(index))
+        else {
+            return;
+        };
+        series.duration.observe(seconds);
+        series.outcomes[outcome].inc();
     }
 
     /// Drops the series of a plugin that left the registry, so plugins that
     /// come and go do not grow the metrics without bound.
     pub fn forget(&self, plugin: &str) {
+        self.series.write().remove(plugin);
         for operation in OPERATIONS {
             let plugin = plugin.to_owned();
             self.duration.remove(&CallLabels {
