@@ -227,6 +227,13 @@ impl Latencies {
         self.0[rank.clamp(1, self.0.len()) - 1]
     }
 
+    /// These samples and `other`'s, as one set.
+    pub fn merge(self, other: Self) -> Self {
+        let mut samples = self.0;
+        samples.extend(other.0);
+        Self::new(samples)
+    }
+
     /// The largest sample; zero without samples.
     pub fn max(&self) -> Duration {
         self.0.last().copied().unwrap_or_default()

@@ -85,6 +85,9 @@ pub const PER_ROUND: usize = 1_000;
 /// Calls in flight during throughput runs, spread over this many connections.
 pub const IN_FLIGHT: usize = 32;
 const CONNECTIONS: [usize; 2] = [1, 4];
+/// Throughput runs per route, alternating which route goes first; each
+/// makes its share of the payload's reconciles.
+pub const THROUGHPUT_ROUNDS: usize = 3;
 /// Untimed calls before each throughput run, as a share of its timed ones.
 const THROUGHPUT_WARMUP_DIVISOR: usize = 10;
 /// Through kplug, every this many answers is decoded and checked in full
@@ -238,20 +241,34 @@ async fn run(
             .with_context(|| format!("GETs took over {PHASE_TIMEOUT:?}"))??;
     for payload in &payloads {
         for connections in CONNECTIONS {
-            for &route in &routes {
-                eprintln!(
-                    "timing {} reconciles of the {} object {}, {IN_FLIGHT} in flight over {connections} connection(s)",
-                    payload.throughput_reconciles,
-                    payload.label,
-                    route.label()
-                );
-                let deployment = match (route, baseline) {
-                    (Route::Baseline, Some((deployment, _))) => deployment,
-                    _ => current,
-                };
-                let run = throughput(deployment, route, connections, payload).await?;
-                report.throughput.push(run);
+            let mut runs: Vec<ThroughputRun> = Vec::new();
+            for round in 0..THROUGHPUT_ROUNDS {
+                for offset in 0..routes.len() {
+                    let route = routes[(round + offset) % routes.len()];
+                    let reconciles = payload.throughput_reconciles / THROUGHPUT_ROUNDS;
+                    eprintln!(
+                        "round {}: timing {reconciles} reconciles of the {} object {}, {IN_FLIGHT} in flight over {connections} connection(s)",
+                        round + 1,
+                        payload.label,
+                        route.label()
+                    );
+                    let deployment = match (route, baseline) {
+                        (Route::Baseline, Some((deployment, _))) => deployment,
+                        _ => current,
+                    };
+                    let run =
+                        throughput(deployment, route, connections, payload, reconciles).await?;
+                    match runs.iter().position(|r| r.route == route) {
+                        Some(index) => {
+                            let earlier = runs.swap_remove(index);
+                            runs.push(earlier.merge(run));
+                        }
+                        None => runs.push(run),
+                    }
+                }
             }
+            runs.sort_by_key(|run| routes.iter().position(|r| *r == run.route));
+            report.throughput.extend(runs);
         }
     }
     Ok(report)
@@ -337,7 +354,7 @@ async fn https_floor(api: &mut ApiClient) -> Result<(Latencies, usize)> {
     Ok((Latencies::new(samples), bytes))
 }
 
-/// `payload.throughput_reconciles` calls on `route` from `IN_FLIGHT`
+/// `total` calls on `route` from `IN_FLIGHT`
 /// concurrent callers over `connections` fresh connections, after an
 /// untimed warm-up on the same connections.
 async fn throughput(
@@ -345,12 +362,12 @@ async fn throughput(
     route: Route,
     connections: usize,
     payload: &Arc<Payload>,
+    total: usize,
 ) -> Result<ThroughputRun> {
     let mut callers = Vec::with_capacity(connections);
     for _ in 0..connections {
         callers.push(Caller::connect(route, deployment).await?);
     }
-    let total = payload.throughput_reconciles;
     let warmup = (total / THROUGHPUT_WARMUP_DIVISOR).max(IN_FLIGHT);
     concurrent(&callers, payload, warmup).await?;
 
