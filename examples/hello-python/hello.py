@@ -22,6 +22,8 @@ class Hello(kplug.Plugin):
     api = "greetings.example.com/v1"
     implementation = "Hello"
     version = "0.1.0"
+    #: Set by ``--report-trace-id``.
+    report_trace_id = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         # The example's own flags, as hello-rust has them; the SDK's come from kplug.run.
@@ -36,9 +38,18 @@ class Hello(kplug.Plugin):
             help="the implementation's name (env KPLUG_IMPLEMENTATION; default: %(default)s)",
         )
 
+        parser.add_argument(
+            "--report-trace-id",
+            action="store_true",
+            default=os.environ.get("KPLUG_REPORT_TRACE_ID", "") not in ("", "0", "false"),
+            help="report each call's trace id in the object status (traceID); off by default, "
+            "since a status that changes on every reconcile costs the operator a write",
+        )
+
     def configure(self, args: argparse.Namespace) -> None:
         self.api = args.api
         self.implementation = args.implementation
+        self.report_trace_id = args.report_trace_id
 
     def reconcile(self, request: kplug.Request) -> kplug.Outcome:
         # Greeting changes nothing, so a dry run is answered the same way.
@@ -47,8 +58,7 @@ class Hello(kplug.Plugin):
         # operation_id and trace_id (kplug.run's format prints them).
         _log.info("greeting %s", request.name)
         status = {"greeting": greeting}
-        # Reports the trace id it was called with, only when there was one.
-        if request.trace_id:
+        if self.report_trace_id and request.trace_id:
             status["traceID"] = request.trace_id
         return kplug.Outcome.success("Greeted", greeting, object_status=status)
 

@@ -35,8 +35,9 @@ fn operation_logged(log: &Lines, hop: &str, trace_id: &str, needle: &str) -> Str
 #[test]
 fn one_trace_id_goes_from_the_operator_through_kplug_to_plugins_of_both_sdks() {
     let world = Widgets::start_with(&["--log", "info,kplug_apiserver::api::reconcile=debug"]);
-    let (_rust, rust_log) = world.plugin_logged("hello-rust", "Rust");
-    let (_python, python_log) = world.python_plugin("hello-python", "Python");
+    let (_rust, rust_log) = world.plugin_logged("hello-rust", "Rust", &["--report-trace-id"]);
+    let (_python, python_log) =
+        world.python_plugin("hello-python", "Python", &["--report-trace-id"]);
     for plugin in ["hello-rust", "hello-python"] {
         wait_plugin_ready(&world.cluster, plugin);
     }

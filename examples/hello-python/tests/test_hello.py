@@ -43,10 +43,14 @@ def test_reconcile_greets_and_finalize_says_goodbye() -> None:
         assert goodbye.results == [kplug.Result("Goodbye", "goodbye, world")]
 
 
-def test_reports_the_trace_id_it_was_called_with() -> None:
+def test_reports_the_trace_id_it_was_called_with_when_asked() -> None:
     hello = load_hello()
     config = kplug.Config(registry=None, listen="127.0.0.1:0")
     with kplug.serve(hello.Hello(), config) as server, PluginClient(server.address) as client:
+        assert client.reconcile(WORLD, traceparent=TRACEPARENT).object_status == {"greeting": "hello, world"}
+    reporting = hello.Hello()
+    reporting.report_trace_id = True
+    with kplug.serve(reporting, config) as server, PluginClient(server.address) as client:
         traced = client.reconcile(WORLD, traceparent=TRACEPARENT)
         assert traced.object_status == {"greeting": "hello, world", "traceID": TRACE_ID}
         # An invalid trace context is no trace context.
@@ -58,7 +62,7 @@ def test_runs_registers_and_stops_on_sigterm(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
     with FakeRegistry() as registry, log.open("wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, str(HELLO), "--registry", registry.address, "--listen", "127.0.0.1:0"],
+            [sys.executable, str(HELLO), "--registry", registry.address, "--listen", "127.0.0.1:0", "--report-trace-id"],
             stderr=stderr,
             env=environ,
         )

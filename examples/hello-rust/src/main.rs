@@ -29,6 +29,11 @@ struct Args {
     /// A label for the Plugin object, as key=value; repeatable.
     #[arg(long = "label", env = "KPLUG_LABELS", value_delimiter = ',', value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// Reports the trace id of each call in the object status
+    /// (`traceID`), to show a trace crossing the hops. Off by default: a
+    /// status that changes on every reconcile costs the operator a write.
+    #[arg(long, env = "KPLUG_REPORT_TRACE_ID")]
+    report_trace_id: bool,
     #[command(flatten)]
     faults: Faults,
 }
@@ -58,6 +63,7 @@ fn parse_label(label: &str) -> Result<(String, String), String> {
 
 /// Greets by name, unless told to misbehave.
 struct Hello {
+    report_trace_id: bool,
     faults: Faults,
 }
 
@@ -87,8 +93,9 @@ impl Plugin for Hello {
         // operation_id and, when kplug sent a trace context, trace_id.
         tracing::info!(%greeting, dry_run = request.dry_run, "greeting");
         let mut status = json!({ "greeting": greeting });
-        // Reports the trace id it was called with, only when there was one.
-        if let Some(trace_id) = request.trace_id() {
+        if self.report_trace_id
+            && let Some(trace_id) = request.trace_id()
+        {
             status["traceID"] = trace_id.into();
         }
         Outcome::success()
@@ -122,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
     info.labels.extend(args.labels);
 
     let hello = Hello {
+        report_trace_id: args.report_trace_id,
         faults: args.faults,
     };
     kplug_sdk::serve(hello, info, args.kplug)
@@ -134,8 +142,9 @@ mod tests {
     use super::*;
     use kplug_sdk::TraceParent;
 
-    fn hello() -> Hello {
+    fn hello(report_trace_id: bool) -> Hello {
         Hello {
+            report_trace_id,
             faults: Faults {
                 delay_ms: 0,
                 fail_with: None,
@@ -145,9 +154,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reports_the_trace_id_only_when_there_is_one() {
+    async fn reports_the_trace_id_when_asked_and_there_is_one() {
         let request = Request::new(json!({"metadata": {"name": "ada"}}));
-        let outcome = hello().reconcile(request.clone()).await;
+        let outcome = hello(true).reconcile(request.clone()).await;
         assert_eq!(
             outcome.object_status,
             Some(json!({"greeting": "hello, ada"}))
@@ -156,9 +165,14 @@ mod tests {
         let trace_parent: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
             .parse()
             .expect("valid");
-        let outcome = hello()
-            .reconcile(request.with_trace_parent(trace_parent))
-            .await;
+        let traced = request.with_trace_parent(trace_parent);
+        let outcome = hello(false).reconcile(traced.clone()).await;
+        assert_eq!(
+            outcome.object_status,
+            Some(json!({"greeting": "hello, ada"})),
+            "not asked to"
+        );
+        let outcome = hello(true).reconcile(traced).await;
         assert_eq!(
             outcome.object_status,
             Some(json!({

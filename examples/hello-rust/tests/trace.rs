@@ -28,7 +28,7 @@ impl Hello {
             // No registry listens there: the heartbeats fail, the serving
             // does not.
             .args(["--registry", "http://127.0.0.1:1"])
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--report-trace-id"])
             .env("RUST_LOG", "info")
             .env_remove("KPLUG_REGISTRY")
             .env_remove("KPLUG_LISTEN")

@@ -101,13 +101,15 @@ impl Widgets {
         )
     }
 
-    /// A hello plugin as [`Widgets::plugin`] starts it, its log read.
-    pub fn plugin_logged(&self, name: &str, implementation: &str) -> (Process, Lines) {
+    /// A hello plugin as [`Widgets::plugin`] starts it, with `extra`
+    /// flags, its log read.
+    pub fn plugin_logged(&self, name: &str, implementation: &str, extra: &[&str]) -> (Process, Lines) {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         Process::spawn_with_stderr(
             hello_plugin_command(&self.kplug, name, &token)
                 .args(["--api", WIDGETS_API, "--heartbeat-interval", "1"])
                 .args(["--implementation", implementation])
+                .args(extra)
                 .env("NO_COLOR", "1")
                 .stdout(Stdio::null()),
             name,
@@ -115,14 +117,15 @@ impl Widgets {
     }
 
     /// The Python hello plugin (examples/hello-python) named `name`
-    /// serving widgets as `implementation`, its log read.
-    pub fn python_plugin(&self, name: &str, implementation: &str) -> (Process, Lines) {
+    /// serving widgets as `implementation` with `extra` flags, its log read.
+    pub fn python_plugin(&self, name: &str, implementation: &str, extra: &[&str]) -> (Process, Lines) {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         let mut command = Command::new(venv_python());
         command
             .arg(repo_root().join("examples/hello-python/hello.py"))
             .args(["--name", name, "--api", WIDGETS_API])
             .args(["--implementation", implementation])
+            .args(extra)
             .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
         plugin_tls(&mut command, &self.kplug, &token);
         Process::spawn_with_stderr(&mut command, name)
