@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -36,23 +36,73 @@ const DURATION_BUCKETS: [f64; 23] = [
 /// Prometheus negotiates and parses).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// What a request was, in kube-apiserver's metric labels.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    verb: &'static str,
-    group: &'static str,
-    version: &'static str,
-    resource: &'static str,
-    subresource: &'static str,
-    scope: &'static str,
-    component: &'static str,
+/// Which of kplug's resources a request was for.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Route {
+    Plugins,
+    PluginReconcile,
+    Reconciles,
+    /// Anything else: a non-resource path, or one kplug does not serve.
+    Other,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// What a request was, in kube-apiserver's metric labels. Kept to a verb
+/// and two small enums, which every request hashes to find its series;
+/// the label values are spelled out only when encoding.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct RequestLabels {
+    verb: &'static str,
+    route: Route,
+    /// A request for a named object (`resource`) or a collection (`cluster`).
+    named: bool,
+}
+
+impl RequestLabels {
+    /// The labels kube-apiserver puts on its request metrics.
+    fn pairs(&self) -> [(&'static str, &'static str); 7] {
+        let (group, version, resource, subresource) = match self.route {
+            Route::Plugins => (GROUP, VERSION, "plugins", ""),
+            Route::PluginReconcile => (GROUP, VERSION, "plugins", "reconcile"),
+            Route::Reconciles => (GROUP, VERSION, "reconciles", ""),
+            Route::Other => ("", "", "", ""),
+        };
+        let scope = match (self.route, self.named) {
+            (Route::Other, _) => "",
+            (_, true) => "resource",
+            (_, false) => "cluster",
+        };
+        [
+            ("verb", self.verb),
+            ("group", group),
+            ("version", version),
+            ("resource", resource),
+            ("subresource", subresource),
+            ("scope", scope),
+            ("component", "apiserver"),
+        ]
+    }
+}
+
+impl EncodeLabelSet for RequestLabels {
+    fn encode(&self, encoder: LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.pairs().encode(encoder)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct CodeLabels {
     code: u16,
-    #[prometheus(flatten)]
     request: RequestLabels,
+}
+
+impl EncodeLabelSet for CodeLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("code", self.code).encode(encoder.encode_label())?;
+        for pair in self.request.pairs() {
+            pair.encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -198,12 +248,8 @@ impl Drop for OpenWatch {
 fn classify(info: RequestInfo<'_>) -> RequestLabels {
     let unknown = |verb| RequestLabels {
         verb,
-        group: "",
-        version: "",
-        resource: "",
-        subresource: "",
-        scope: "",
-        component: "apiserver",
+        route: Route::Other,
+        named: false,
     };
     match info {
         RequestInfo::NonResource { method, .. } => unknown(method_verb(method)),
@@ -213,24 +259,16 @@ fn classify(info: RequestInfo<'_>) -> RequestLabels {
             subresource,
             name,
         } => {
-            let (resource, subresource) = match (resource, subresource) {
-                ("plugins", "") => ("plugins", ""),
-                ("plugins", "reconcile") => ("plugins", "reconcile"),
-                ("reconciles", "") => ("reconciles", ""),
+            let route = match (resource, subresource) {
+                ("plugins", "") => Route::Plugins,
+                ("plugins", "reconcile") => Route::PluginReconcile,
+                ("reconciles", "") => Route::Reconciles,
                 _ => return unknown(resource_verb(verb)),
             };
             RequestLabels {
                 verb: resource_verb(verb),
-                group: GROUP,
-                version: VERSION,
-                resource,
-                subresource,
-                scope: if name.is_empty() {
-                    "cluster"
-                } else {
-                    "resource"
-                },
-                component: "apiserver",
+                route,
+                named: !name.is_empty(),
             }
         }
     }
@@ -280,8 +318,30 @@ pub async fn serve(State(registry): State<Arc<Registry>>) -> Result<Response, Ap
 mod tests {
     use super::*;
 
-    fn labels(method: Method, path: &str, query: Option<&str>) -> RequestLabels {
-        classify(RequestInfo::parse(&method, path, query))
+    /// verb, resource, subresource, scope and group, as encoded.
+    struct Labels {
+        verb: &'static str,
+        resource: &'static str,
+        subresource: &'static str,
+        scope: &'static str,
+        group: &'static str,
+    }
+
+    fn labels(method: Method, path: &str, query: Option<&str>) -> Labels {
+        let pairs = classify(RequestInfo::parse(&method, path, query)).pairs();
+        let get = |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or("", |(_, value)| *value)
+        };
+        Labels {
+            verb: get("verb"),
+            resource: get("resource"),
+            subresource: get("subresource"),
+            scope: get("scope"),
+            group: get("group"),
+        }
     }
 
     #[test]
