@@ -246,23 +246,9 @@ impl From<&ProxyFlags> for ReconcileSettings {
     }
 }
 
-/// Parses "250ms", "5s", "2m", "1h".
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?}: missing unit (ms, s, m or h)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: expected a whole number before the unit"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        "h" => Ok(Duration::from_secs(number * 3600)),
-        _ => Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m or h)")),
-    }
-}
+/// Go-style durations ("250ms", "5s", "2m", "1h30m"), as kube-apiserver's
+/// flags take them; shared with the operator and the SDK.
+pub use kplug_proto::duration::parse as parse_duration;
 
 #[cfg(test)]
 mod tests {
@@ -275,6 +261,9 @@ mod tests {
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("-1s").is_err());
     }
 
     #[test]

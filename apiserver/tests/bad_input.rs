@@ -11,21 +11,28 @@ fn status(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
+/// Sends `method path` with `headers` and `body`, and checks the answer is
+/// a `Status` with `code`, `reason` and a message containing `message`;
+/// returns the Status.
 fn assert_status(
     kplug: &StandaloneKplug,
-    method: &str,
-    path: &str,
-    headers: &[&str],
-    code: u16,
-    reason: &str,
+    (method, path, headers, body): (&str, &str, &[&str], Option<&str>),
+    (code, reason, message): (u16, &str, &str),
 ) -> serde_json::Value {
-    let (got, body) = kplug.curl(method, path, headers, None);
-    let status = status(&body);
-    assert_eq!(got, code, "{method} {path}: {body}");
-    assert_eq!(status["kind"], "Status", "{body}");
-    assert_eq!(status["apiVersion"], "v1", "{body}");
-    assert_eq!(status["code"], code, "{body}");
-    assert_eq!(status["reason"], reason, "{body}");
+    let (got, text) = kplug.curl(method, path, headers, body);
+    let status = status(&text);
+    assert_eq!(got, code, "{method} {path}: {text}");
+    assert_eq!(status["kind"], "Status", "{method} {path}: {text}");
+    assert_eq!(status["apiVersion"], "v1", "{method} {path}: {text}");
+    assert_eq!(status["status"], "Failure", "{method} {path}: {text}");
+    assert_eq!(status["code"], code, "{method} {path}: {text}");
+    assert_eq!(status["reason"], reason, "{method} {path}: {text}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(message)),
+        "{method} {path}: {message:?} not in {text}"
+    );
     status
 }
 
@@ -55,167 +62,43 @@ fn heartbeat(name: &str, address: &str) -> HeartbeatRequest {
 #[test]
 fn http_errors_are_statuses_with_the_right_code_and_reason() {
     let kplug = StandaloneKplug::start();
-    assert_status(
-        &kplug,
-        "GET",
-        "/apis/plugins.kplug.io/v1alpha1/foos",
-        &[],
-        404,
-        "NotFound",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        "/apis/nothing.example.com/v1",
-        &[],
-        404,
-        "NotFound",
-    );
-    let missing = assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}/ghost"),
-        &[],
-        404,
-        "NotFound",
-    );
-    assert_eq!(missing["details"]["name"], "ghost");
-    assert_eq!(missing["details"]["group"], "plugins.kplug.io");
-    assert_eq!(missing["details"]["kind"], "plugins");
-
-    let bad_rv = assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?resourceVersion=abc"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert!(
-        bad_rv["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("resourceVersion")
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?resourceVersion=999999"),
-        &[],
-        504,
-        "Timeout",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?labelSelector=a%20in%20("),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?fieldSelector=spec.x%3Dy"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?limit=ten"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?continue=not-a-token"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?watch=maybe"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?includeObject=All"),
-        &[],
-        400,
-        "BadRequest",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        &format!("{PLUGINS}?timeoutSeconds=-1&watch=1"),
-        &[],
-        400,
-        "BadRequest",
-    );
-
-    assert_status(
-        &kplug,
-        "GET",
-        PLUGINS,
-        &["Accept: application/vnd.kubernetes.protobuf"],
-        406,
-        "NotAcceptable",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        PLUGINS,
-        &["Accept: application/json;as=Table;g=meta.k8s.io;v=v2"],
-        406,
-        "NotAcceptable",
-    );
-    assert_status(
-        &kplug,
-        "GET",
-        "/apis",
-        &["Accept: application/json;g=apidiscovery.k8s.io;v=v9;as=APIGroupDiscoveryList"],
-        406,
-        "NotAcceptable",
-    );
-
-    assert_status(
-        &kplug,
-        "POST",
-        PLUGINS,
-        &["Content-Type: application/json"],
-        405,
-        "MethodNotAllowed",
-    );
-    assert_status(
-        &kplug,
-        "PUT",
-        &format!("{PLUGINS}/x"),
-        &[],
-        405,
-        "MethodNotAllowed",
-    );
-    assert_status(
-        &kplug,
-        "PATCH",
-        &format!("{PLUGINS}/x"),
-        &[],
-        405,
-        "MethodNotAllowed",
-    );
-    assert_status(&kplug, "DELETE", PLUGINS, &[], 405, "MethodNotAllowed");
-
-    let (code, body) = kplug.curl("DELETE", &format!("{PLUGINS}/x"), &[], Some("{not json"));
-    assert_eq!(code, 400, "{body}");
-    assert_eq!(status(&body)["reason"], "BadRequest");
+    let plugins = |tail: &str| format!("{PLUGINS}{tail}");
+    const NO_ROUTE: &str = "the server could not find the requested resource";
+    const NOT_ALLOWED: &str = "the server does not allow this method on the requested resource";
+    const ACCEPTED: &str = "only the following media types are accepted: application/json";
+    const JSON: &[&str] = &["Content-Type: application/json"];
+    // (method, path, headers, body) and the Status: (code, reason, part of the message).
+    #[rustfmt::skip]
+    let cases: Vec<((&str, String, &[&str], Option<&str>), (u16, &str, &str))> = vec![
+        (("GET", "/apis/plugins.kplug.io/v1alpha1/foos".into(), &[], None), (404, "NotFound", NO_ROUTE)),
+        (("GET", "/apis/nothing.example.com/v1".into(), &[], None), (404, "NotFound", NO_ROUTE)),
+        (("GET", plugins("/ghost"), &[], None), (404, "NotFound", r#"plugins.plugins.kplug.io "ghost" not found"#)),
+        (("GET", plugins("?resourceVersion=abc"), &[], None), (400, "BadRequest", "resourceVersion")),
+        (("GET", plugins("?resourceVersion=999999"), &[], None), (504, "Timeout", "Too large resource version: 999999")),
+        (("GET", plugins("?labelSelector=a%20in%20("), &[], None), (400, "BadRequest", "unable to parse requirement")),
+        (("GET", plugins("?fieldSelector=spec.x%3Dy"), &[], None), (400, "BadRequest", r#""spec.x" is not a known field selector"#)),
+        (("GET", plugins("?limit=ten"), &[], None), (400, "BadRequest", r#"limit: Invalid value: "ten""#)),
+        (("GET", plugins("?continue=not-a-token"), &[], None), (400, "BadRequest", "continue")),
+        (("GET", plugins("?watch=maybe"), &[], None), (400, "BadRequest", r#"watch: Invalid value: "maybe""#)),
+        (("GET", plugins("?includeObject=All"), &[], None), (400, "BadRequest", r#"includeObject: Unsupported value: "All""#)),
+        (("GET", plugins("?timeoutSeconds=-1&watch=1"), &[], None), (400, "BadRequest", r#"timeoutSeconds: Invalid value: "-1""#)),
+        (("GET", PLUGINS.into(), &["Accept: application/vnd.kubernetes.protobuf"], None), (406, "NotAcceptable", ACCEPTED)),
+        (("GET", PLUGINS.into(), &["Accept: application/json;as=Table;g=meta.k8s.io;v=v2"], None), (406, "NotAcceptable", ACCEPTED)),
+        (("GET", "/apis".into(), &["Accept: application/json;g=apidiscovery.k8s.io;v=v9;as=APIGroupDiscoveryList"], None), (406, "NotAcceptable", ACCEPTED)),
+        (("POST", PLUGINS.into(), JSON, None), (405, "MethodNotAllowed", NOT_ALLOWED)),
+        (("PUT", plugins("/x"), &[], None), (405, "MethodNotAllowed", NOT_ALLOWED)),
+        (("PATCH", plugins("/x"), &[], None), (405, "MethodNotAllowed", NOT_ALLOWED)),
+        (("DELETE", PLUGINS.into(), &[], None), (405, "MethodNotAllowed", NOT_ALLOWED)),
+        (("DELETE", plugins("/x"), &[], Some("{not json")), (400, "BadRequest", "invalid DeleteOptions")),
+    ];
+    for ((method, path, headers, body), expected) in &cases {
+        let status = assert_status(&kplug, (method, path, headers, *body), *expected);
+        if path.ends_with("/ghost") {
+            assert_eq!(status["details"]["name"], "ghost");
+            assert_eq!(status["details"]["group"], "plugins.kplug.io");
+            assert_eq!(status["details"]["kind"], "plugins");
+        }
+    }
 }
 
 #[test]
@@ -224,6 +107,10 @@ fn requests_without_a_client_certificate_are_unauthorized_but_probes_pass() {
     let (code, body) = kplug.curl_as(None, "GET", PLUGINS, &[], None);
     assert_eq!(code, 401, "{body}");
     assert_eq!(status(&body)["reason"], "Unauthorized");
+    assert_eq!(
+        status(&body)["message"],
+        "Unauthorized: a client certificate signed by kplug's CA is required"
+    );
     for probe in ["/healthz", "/livez", "/readyz"] {
         let (code, body) = kplug.curl_as(None, "GET", probe, &[], None);
         assert_eq!((code, body.as_str()), (200, "ok"), "{probe}");

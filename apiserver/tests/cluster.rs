@@ -59,6 +59,11 @@ fn kplug_behind_a_real_kube_apiserver() {
                 && l.contains("front_proxy=true")
         });
     let certs = kplug.certs.clone();
+    // kube-apiserver's front proxy identity: what the aggregator presents.
+    let front_proxy = (
+        cluster.var("KPLUG_FRONT_PROXY_CLIENT_CERT"),
+        cluster.var("KPLUG_FRONT_PROXY_CLIENT_KEY"),
+    );
 
     let out = cluster.kubectl(&["get", "plugins"]);
     assert!(out.status.success(), "{}", output_text(&out));
@@ -78,7 +83,29 @@ fn kplug_behind_a_real_kube_apiserver() {
     let token_a = plugin_identity(&cluster, "hello-a", Some("hello-a"), work.path());
     let (mut watch, watch_lines) =
         cluster.kubectl_spawn(&["get", "plugins", "-w", "--output-watch-events"]);
-    std::thread::sleep(Duration::from_millis(500));
+    // The plugin must appear as an event, not in kubectl's first list:
+    // wait until kplug has the watch kube-apiserver passes on open.
+    wait_until(
+        "kubectl's watch open in kplug",
+        Duration::from_secs(30),
+        || {
+            let (_, code, body) = kplug.curl(
+                Some((&front_proxy.0, &front_proxy.1)),
+                &["X-Remote-User: admin", "X-Remote-Group: system:masters"],
+                "/metrics",
+            );
+            if code != 200 {
+                return Err(format!("{code}: {body}"));
+            }
+            let open = Samples::parse(&body).sum(
+                "apiserver_longrunning_requests",
+                &[("verb", "WATCH"), ("resource", "plugins")],
+            );
+            (open >= 1.0)
+                .then_some(())
+                .ok_or_else(|| format!("{open} open"))
+        },
+    );
     let _hello_a = hello_plugin(&kplug, "hello-a", &token_a);
     watch_lines.wait_for(
         Duration::from_secs(30),
@@ -270,10 +297,6 @@ fn kplug_behind_a_real_kube_apiserver() {
     );
 
     // kplug's own checks, straight at kplug.
-    let front_proxy = (
-        cluster.var("KPLUG_FRONT_PROXY_CLIENT_CERT"),
-        cluster.var("KPLUG_FRONT_PROXY_CLIENT_KEY"),
-    );
     let plugins = "/apis/plugins.kplug.io/v1alpha1/plugins";
     // Forged identity headers without the front-proxy certificate: 401.
     let (_, code, body) = kplug.curl(

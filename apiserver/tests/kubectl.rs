@@ -2,13 +2,33 @@
 
 use std::time::Duration;
 
-use kplug_test_support::{StandaloneKplug, free_port, kubectls};
+use kplug_test_support::metrics::Samples;
+use kplug_test_support::{StandaloneKplug, free_port, kubectls, wait_until};
 
 fn ready(object: &serde_json::Value) -> bool {
     object["status"]["conditions"].as_array().is_some_and(|c| {
         c.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
     })
+}
+
+/// Waits until kplug has `watches` watches of plugins open: a watch
+/// counts once kplug has subscribed it to the registry's events, so
+/// whatever happens next reaches it as an event.
+fn wait_for_open_watches(kplug: &StandaloneKplug, watches: f64) {
+    wait_until("the watch open", Duration::from_secs(20), || {
+        let (code, body) = kplug.curl("GET", "/metrics", &[], None);
+        if code != 200 {
+            return Err(format!("{code}: {body}"));
+        }
+        let open = Samples::parse(&body).sum(
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH"), ("resource", "plugins")],
+        );
+        (open >= watches)
+            .then_some(())
+            .ok_or_else(|| format!("{open} open"))
+    });
 }
 
 #[test]
@@ -239,8 +259,8 @@ fn selectors_filter_and_bad_selectors_are_rejected() {
 fn watch_sees_a_plugin_added_and_deleted_after_its_ttl() {
     let kplug = StandaloneKplug::start();
     let (_watch, lines) = kplug.kubectl_spawn(&["get", "plugins", "-w", "--output-watch-events"]);
-    // Give the watch time to start before the plugin appears.
-    std::thread::sleep(Duration::from_millis(500));
+    // The plugin must appear as an event, not in kubectl's first list.
+    wait_for_open_watches(&kplug, 1.0);
     let mut plugin = kplug.plugin("ephemeral", &[]);
     lines.wait_for(Duration::from_secs(20), "ADDED ephemeral", |l| {
         l.starts_with("ADDED") && l.contains("ephemeral")

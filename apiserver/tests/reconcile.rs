@@ -4,7 +4,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use kplug_test_support::{Process, StandaloneKplug, free_port};
+use kplug_test_support::metrics::Samples;
+use kplug_test_support::{Process, StandaloneKplug, free_port, wait_until};
 use serde_json::{Value, json};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -44,6 +45,36 @@ fn post(kplug: &StandaloneKplug, path: &str, body: &str) -> (u16, Value) {
     );
     let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     (code, value)
+}
+
+/// kplug's metrics, as Prometheus reads them.
+fn scrape(kplug: &StandaloneKplug) -> Samples {
+    let (code, body) = kplug.curl("GET", "/metrics", &[], None);
+    assert_eq!(code, 200, "{body}");
+    Samples::parse(&body)
+}
+
+/// The calls kplug made to `plugin`, whatever their outcome.
+fn reconciles(kplug: &StandaloneKplug, plugin: &str) -> f64 {
+    scrape(kplug).sum("kplug_reconciles_total", &[("plugin", plugin)])
+}
+
+/// Waits until kplug serves `calls` mutating requests at once: the
+/// reconciles the test sent are in flight. kplug counts a request on
+/// arrival and hands it to the plugin without waiting on anything else,
+/// far sooner than a scrape and the next request take.
+fn wait_for_calls_in_flight(kplug: &StandaloneKplug, calls: f64) {
+    wait_until(
+        "the calls in flight",
+        Duration::from_secs(20),
+        || match scrape(kplug).sum(
+            "apiserver_current_inflight_requests",
+            &[("request_kind", "mutating")],
+        ) {
+            n if n >= calls => Ok(()),
+            n => Err(format!("{n} in flight")),
+        },
+    );
 }
 
 /// Starts a hello plugin on a free port and waits until it is Ready.
@@ -194,130 +225,87 @@ fn malformed_requests_are_rejected_before_any_plugin_is_called() {
     let kplug = StandaloneKplug::start_with(&["--max-request-bytes", "4096"]);
     let (_plugin, _) = hello(&kplug, "hello", &[]);
     let path = format!("{PLUGINS}/hello/reconcile");
-
-    let (code, status) = post(&kplug, &path, &request(json!({})));
-    assert_eq!(
-        (code, status["reason"].as_str()),
-        (422, Some("Invalid")),
-        "{status:#}"
-    );
-    assert_eq!(status["details"]["causes"][0]["field"], "spec.object");
-
-    let (code, status) = post(
-        &kplug,
-        &path,
-        &request(json!({"object": {"apiVersion": "v1", "kind": "X", "metadata": {}}})),
-    );
-    assert_eq!(code, 422, "{status:#}");
-    assert_eq!(
-        status["details"]["causes"][0]["field"],
-        "spec.object.metadata.name"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        &path,
-        &request(json!({"object": greeting("a"), "operation": "Explode"})),
-    );
-    assert_eq!(
-        (code, status["details"]["causes"][0]["field"].as_str()),
-        (422, Some("spec.operation")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        &path,
-        &request(json!({"object": greeting("a"), "timeoutSeconds": 0})),
-    );
-    assert_eq!(
-        (code, status["details"]["causes"][0]["field"].as_str()),
-        (422, Some("spec.timeoutSeconds")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        &path,
-        &request(json!({"object": greeting("a"), "plugin": "other"})),
-    );
-    assert_eq!(
-        (code, status["details"]["causes"][0]["field"].as_str()),
-        (422, Some("spec.plugin")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        RECONCILES,
-        &request(json!({"object": greeting("a")})),
-    );
-    assert_eq!(
-        (code, status["details"]["causes"][0]["field"].as_str()),
-        (422, Some("spec.api")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(&kplug, &path, "{not json");
-    assert_eq!(
-        (code, status["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        &format!("{path}?fieldValidation=Strict"),
-        &request(json!({"object": greeting("a"), "colour": "blue"})),
-    );
-    assert_eq!(code, 400, "{status:#}");
-    assert!(
-        status["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("unknown field \"spec.colour\""),
-        "{status:#}"
-    );
-
-    let (code, text) = kplug.curl(
-        "POST",
-        &path,
-        &["Content-Type: text/plain"],
-        Some(&request(json!({"object": greeting("a")}))),
-    );
-    assert_eq!(code, 415, "{text}");
-
+    let strict = format!("{path}?fieldValidation=Strict");
+    let ghost = format!("{PLUGINS}/ghost/reconcile");
+    let with = |field: &str, value: Value| {
+        let mut spec = json!({"object": greeting("a")});
+        spec[field] = value;
+        request(spec)
+    };
     let huge = request(
         json!({"object": {"apiVersion": "v1", "kind": "X", "metadata": {"name": "big"}, "data": "x".repeat(8192)}}),
     );
-    let (code, status) = post(&kplug, &path, &huge);
-    assert_eq!(
-        (code, status["reason"].as_str()),
-        (413, Some("RequestEntityTooLarge")),
-        "{status:#}"
-    );
-
-    let (code, status) = post(
-        &kplug,
-        &format!("{PLUGINS}/ghost/reconcile"),
-        &request(json!({"object": greeting("a")})),
-    );
-    assert_eq!(
-        (code, status["reason"].as_str()),
-        (404, Some("NotFound")),
-        "{status:#}"
-    );
-
-    let (code, text) = kplug.curl("GET", &path, &[], None);
-    assert_eq!(code, 405, "{text}");
+    const JSON: &str = "application/json";
+    // (method, path, Content-Type, body; none when empty) and the Status:
+    // (code, reason, the field of its first cause, part of the message).
+    #[rustfmt::skip]
+    let cases: Vec<((&str, &str, &str, String), (u16, &str, Option<&str>, &str))> = vec![
+        (("POST", &path, JSON, request(json!({}))),
+            (422, "Invalid", Some("spec.object"), "spec.object: Required value")),
+        (("POST", &path, JSON, request(json!({"object": {"apiVersion": "v1", "kind": "X", "metadata": {}}}))),
+            (422, "Invalid", Some("spec.object.metadata.name"), "spec.object.metadata.name: Required value")),
+        (("POST", &path, JSON, with("operation", json!("Explode"))),
+            (422, "Invalid", Some("spec.operation"), r#"spec.operation: Unsupported value: "Explode""#)),
+        (("POST", &path, JSON, with("timeoutSeconds", json!(0))),
+            (422, "Invalid", Some("spec.timeoutSeconds"), "spec.timeoutSeconds: Invalid value: 0")),
+        (("POST", &path, JSON, with("plugin", json!("other"))),
+            (422, "Invalid", Some("spec.plugin"), r#"spec.plugin: Invalid value: "other""#)),
+        (("POST", RECONCILES, JSON, request(json!({"object": greeting("a")}))),
+            (422, "Invalid", Some("spec.api"), "spec.api: Required value")),
+        (("POST", &path, JSON, "{not json".to_owned()),
+            (400, "BadRequest", None, "decoding the Reconcile")),
+        (("POST", &strict, JSON, with("colour", json!("blue"))),
+            (400, "BadRequest", None, r#"unknown field "spec.colour""#)),
+        (("POST", &path, "text/plain", request(json!({"object": greeting("a")}))),
+            (415, "UnsupportedMediaType", None, "accepted media types include: application/json")),
+        (("POST", &path, JSON, huge),
+            (413, "RequestEntityTooLarge", None, "at most 4096 bytes")),
+        (("POST", &ghost, JSON, request(json!({"object": greeting("a")}))),
+            (404, "NotFound", None, r#"plugins.plugins.kplug.io "ghost" not found"#)),
+        (("GET", &path, "", String::new()),
+            (405, "MethodNotAllowed", None, "does not allow this method")),
+    ];
+    for ((method, path, content_type, body), (code, reason, field, message)) in &cases {
+        let header = format!("Content-Type: {content_type}");
+        let headers: Vec<&str> = [header.as_str()]
+            .into_iter()
+            .filter(|_| !content_type.is_empty())
+            .collect();
+        let (got, text) = kplug.curl(
+            method,
+            path,
+            &headers,
+            (!body.is_empty()).then_some(body.as_str()),
+        );
+        let status: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        let what = format!("{method} {path} expecting {message:?}: {text}");
+        assert_eq!(got, *code, "{what}");
+        assert_eq!(status["kind"], "Status", "{what}");
+        assert_eq!(status["code"], *code, "{what}");
+        assert_eq!(status["reason"], *reason, "{what}");
+        assert_eq!(
+            status["details"]["causes"][0]["field"].as_str(),
+            *field,
+            "{what}"
+        );
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(message)),
+            "{what}"
+        );
+    }
 
     // Nothing above reached the plugin or broke the server: a good request still works.
+    assert_eq!(reconciles(&kplug, "hello"), 0.0, "the plugin was called");
     let (code, answer) = post(&kplug, &path, &request(json!({"object": greeting("a")})));
     assert_eq!(
         (code, answer["status"]["success"].as_bool()),
         (201, Some(true)),
         "{answer:#}"
     );
+    assert_eq!(reconciles(&kplug, "hello"), 1.0);
 }
 
 #[test]
@@ -350,7 +338,7 @@ fn a_slow_plugin_gets_a_timeout_and_a_busy_one_too_many_requests() {
                 &request(json!({"object": greeting("first")})),
             )
         });
-        std::thread::sleep(Duration::from_millis(500));
+        wait_for_calls_in_flight(&kplug, 1.0);
         let (code, status) = post(
             &kplug,
             &path,
@@ -377,7 +365,7 @@ fn a_plugin_killed_mid_call_gives_503_and_recovers_when_it_returns() {
     let path = format!("{PLUGINS}/fragile/reconcile");
     std::thread::scope(|scope| {
         let call = scope.spawn(|| post(&kplug, &path, &request(json!({"object": greeting("a")}))));
-        std::thread::sleep(Duration::from_millis(700));
+        wait_for_calls_in_flight(&kplug, 1.0);
         plugin.kill();
         let (code, status) = call.join().expect("call");
         assert_eq!(
@@ -396,16 +384,12 @@ fn a_plugin_killed_mid_call_gives_503_and_recovers_when_it_returns() {
 
     // The plugin comes back at the same address: calls succeed again.
     let _again = kplug.plugin("fragile", &["--listen", &address]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (code, answer) = post(&kplug, &path, &request(json!({"object": greeting("c")})));
-        if code == 201 {
-            assert_eq!(answer["status"]["success"], true);
-            break;
+    wait_until("recovery", Duration::from_secs(20), || {
+        match post(&kplug, &path, &request(json!({"object": greeting("c")}))) {
+            (201, answer) if answer["status"]["success"] == true => Ok(()),
+            (code, answer) => Err(format!("{code} {answer:#}")),
         }
-        assert!(Instant::now() < deadline, "no recovery: {code} {answer:#}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 }
 
 #[test]

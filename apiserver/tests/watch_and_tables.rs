@@ -3,7 +3,10 @@
 
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi};
-use kplug_test_support::StandaloneKplug;
+use std::time::Duration;
+
+use kplug_test_support::metrics::Samples;
+use kplug_test_support::{StandaloneKplug, wait_until};
 use serde_json::Value;
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -43,6 +46,25 @@ fn send(kplug: &StandaloneKplug, requests: Vec<HeartbeatRequest>) {
                 .into_inner();
             assert!(reply.accepted, "{reply:?}");
         }
+    });
+}
+
+/// Waits until kplug has `watches` watches of plugins open: a watch
+/// counts once kplug has subscribed it to the registry's events, so
+/// whatever happens next reaches it as an event.
+fn wait_for_open_watches(kplug: &StandaloneKplug, watches: f64) {
+    wait_until("the watch open", Duration::from_secs(20), || {
+        let (code, body) = kplug.curl("GET", "/metrics", &[], None);
+        if code != 200 {
+            return Err(format!("{code}: {body}"));
+        }
+        let open = Samples::parse(&body).sum(
+            "apiserver_longrunning_requests",
+            &[("verb", "WATCH"), ("resource", "plugins")],
+        );
+        (open >= watches)
+            .then_some(())
+            .ok_or_else(|| format!("{open} open"))
     });
 }
 
@@ -115,12 +137,13 @@ fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
         let watch = scope.spawn(|| {
             kplug.curl(
                 "GET",
-                &format!("{PLUGINS}?watch=1&labelSelector=tier%3Da&timeoutSeconds=2"),
+                &format!("{PLUGINS}?watch=1&labelSelector=tier%3Da&timeoutSeconds=4"),
                 &[],
                 None,
             )
         });
-        std::thread::sleep(std::time::Duration::from_millis(700));
+        // The relabelling must reach the watch as events.
+        wait_for_open_watches(&kplug, 1.0);
         send(
             &kplug,
             vec![heartbeat("mover", "b"), heartbeat("stayer", "a")],

@@ -6,6 +6,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+// Go-style durations (`30s`, `5m`), as kubectl and Kubernetes components
+// take them; the one parser the server and the SDK use too.
+use kplug_proto::duration::parse as duration;
+
 use crate::binding::BindingPolicy;
 use crate::path::FieldPath;
 use crate::status::ObjectStatusLayout;
@@ -90,14 +94,6 @@ impl Default for Options {
             metrics: None,
         }
     }
-}
-
-/// Go-style durations (`30s`, `5m`), as kubectl and Kubernetes components
-/// take them.
-fn duration(text: &str) -> Result<Duration, String> {
-    text.parse::<kube::core::Duration>()
-        .map(Duration::from)
-        .map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
 /// `--metrics-bind-address`: `HOST:PORT`, `:PORT` (every interface) or
@@ -387,6 +383,7 @@ mod tests {
         for (flag, value, says) in [
             ("--binding", "sticky", "unsupported binding policy"),
             ("--resync", "5 minutes", "invalid duration"),
+            ("--min-backoff", "1x", "unknown unit"),
             ("--extensions-path", "spec..x", "empty step"),
             (
                 "--metrics-bind-address",
@@ -400,5 +397,13 @@ mod tests {
                 .expect("refused");
             assert!(error.to_string().contains(says), "{flag} {value}: {error}");
         }
+        // The old parser took a negative duration as a positive one.
+        let error = Cli::try_parse_from(["op", "--resync=-1s"])
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("must not be negative"),
+            "{error}"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! kplug's gRPC contract, generated from `proto/kplug/v1alpha1/*.proto`,
-//! and the trace context that travels with its calls.
+//! the trace context that travels with its calls, and the duration form
+//! both sides' command lines take.
 
+pub mod duration;
 pub mod trace;
 
 /// Version `v1alpha1` of the contract.

@@ -195,7 +195,7 @@ impl Caller {
                     // Same length as kplug's UUIDs.
                     operation_id: format!("00000000-0000-4000-8000-{number:012x}"),
                     dry_run: false,
-                    object: payload.object.clone(),
+                    object: payload.object.clone().into(),
                     extensions: Vec::new(),
                     timeout: prost_types::Duration::try_from(RECONCILE_TIMEOUT).ok(),
                 });
@@ -277,7 +277,7 @@ pub async fn check_routes(
     let reply = direct
         .reconcile(ReconcileRequest {
             operation_id: "00000000-0000-4000-8000-000000000000".to_owned(),
-            object: payload.object.clone(),
+            object: payload.object.clone().into(),
             timeout: prost_types::Duration::try_from(RECONCILE_TIMEOUT).ok(),
             ..ReconcileRequest::default()
         })

@@ -273,3 +273,35 @@ pub fn print_machine(binaries: &[(&str, &Path)], command: &str, others: OtherLoa
     }
     .print()
 }
+
+// ---------------------------------------------------------------------------
+// The baseline build
+
+/// The environment variable naming an earlier commit whose build the
+/// benches measure beside the current one, in the same run.
+pub const BASELINE_VARIABLE: &str = "KPLUG_BASELINE";
+
+/// The commit in `KPLUG_BASELINE` and kplug built at it, if it is set:
+/// hack/baseline.sh builds it once into ~/.cache/kplug/baseline.
+pub fn baseline_from_env() -> Result<Option<(std::path::PathBuf, String)>> {
+    match std::env::var(BASELINE_VARIABLE) {
+        Ok(rev) if !rev.is_empty() => Ok(Some((baseline_binary(&rev)?, rev))),
+        _ => Ok(None),
+    }
+}
+
+/// Builds (once) and locates kplug at `rev` with hack/baseline.sh.
+pub fn baseline_binary(rev: &str) -> Result<std::path::PathBuf> {
+    let output = std::process::Command::new(kplug_test_support::repo_root().join("hack/baseline.sh"))
+        .arg(rev)
+        .output()
+        .context("running hack/baseline.sh")?;
+    ensure!(
+        output.status.success(),
+        "hack/baseline.sh {rev} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(std::path::PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}

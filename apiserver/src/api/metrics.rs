@@ -219,7 +219,7 @@ async fn watch(
     metrics
         .total
         .get_or_create(&CodeLabels {
-            request: labels.clone(),
+            request: labels,
             code: response.status().as_u16(),
         })
         .inc();

@@ -1,11 +1,14 @@
 //! The HTTP surface: Kubernetes API endpoints for `plugins.kplug.io`.
 
 pub mod discovery;
+pub mod list;
 pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
+pub mod options;
 pub mod plugins;
 pub mod reconcile;
+pub mod response;
 pub mod selector;
 pub mod status;
 pub mod table;

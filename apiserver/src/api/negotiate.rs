@@ -42,29 +42,49 @@ pub enum DiscoveryFormat {
 const SUPPORTED: &str = "application/json, application/json;as=Table;v=v1;g=meta.k8s.io, \
                          application/json;as=Table;v=v1beta1;g=meta.k8s.io";
 
-/// One entry of an Accept header.
+/// One entry of an Accept header: a media range, its parameters and its
+/// quality.
 #[derive(Debug)]
-struct MediaRange<'a> {
+pub struct MediaRange<'a> {
     essence: &'a str,
     params: Vec<(&'a str, &'a str)>,
     quality: f32,
 }
 
 impl MediaRange<'_> {
-    fn param(&self, name: &str) -> Option<&str> {
+    /// The value of parameter `name` (names compare case-insensitively),
+    /// unquoted.
+    pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| *v)
     }
 
-    fn accepts_json(&self) -> bool {
-        matches!(self.essence, "application/json" | "application/*" | "*/*")
+    /// Whether the range is `media_type` itself (`type/subtype`, which
+    /// compare case-insensitively, RFC 9110 section 8.3.1).
+    pub fn is(&self, media_type: &str) -> bool {
+        self.essence.eq_ignore_ascii_case(media_type)
+    }
+
+    /// Whether JSON satisfies the range.
+    pub fn accepts_json(&self) -> bool {
+        ["application/json", "application/*", "*/*"]
+            .into_iter()
+            .any(|media_type| self.is(media_type))
+    }
+
+    /// Whether the client accepts the range at all (q > 0).
+    pub fn acceptable(&self) -> bool {
+        self.quality > 0.0
     }
 }
 
-/// Parses an Accept header into media ranges, best first (stable for equal q).
-fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
+/// Parses the Accept headers into media ranges, best first (stable for
+/// equal q), the unacceptable (q = 0) ones included: an Accept of only those
+/// is not an empty one. A parameter without `=` is ignored, and an
+/// unreadable q is 0, as Kubernetes' own parser does.
+pub fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
     let mut ranges: Vec<MediaRange<'_>> = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -75,13 +95,12 @@ fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
             let essence = parts.next().filter(|e| !e.is_empty())?;
             let mut params = Vec::new();
             let mut quality = 1.0;
-            for part in parts {
-                let (key, value) = part.split_once('=')?;
-                let value = value.trim().trim_matches('"');
-                if key.trim().eq_ignore_ascii_case("q") {
+            for (key, value) in parts.filter_map(|part| part.split_once('=')) {
+                let (key, value) = (key.trim(), value.trim().trim_matches('"'));
+                if key.eq_ignore_ascii_case("q") {
                     quality = value.parse().unwrap_or(0.0);
                 } else {
-                    params.push((key.trim(), value));
+                    params.push((key, value));
                 }
             }
             Some(MediaRange {
@@ -90,10 +109,16 @@ fn media_ranges(headers: &HeaderMap) -> Vec<MediaRange<'_>> {
                 quality,
             })
         })
-        .filter(|range| range.quality > 0.0)
         .collect();
     ranges.sort_by(|a, b| b.quality.total_cmp(&a.quality));
     ranges
+}
+
+/// The acceptable ranges of the Accept headers, best first.
+fn acceptable(headers: &HeaderMap) -> impl Iterator<Item = MediaRange<'_>> {
+    media_ranges(headers)
+        .into_iter()
+        .filter(MediaRange::acceptable)
 }
 
 /// The representation of a resource read. No Accept header means JSON.
@@ -101,7 +126,7 @@ pub fn representation(headers: &HeaderMap) -> Result<Representation, ApiError> {
     if !headers.contains_key(header::ACCEPT) {
         return Ok(Representation::Json);
     }
-    for range in media_ranges(headers) {
+    for range in acceptable(headers) {
         if !range.accepts_json() {
             continue;
         }
@@ -124,7 +149,7 @@ pub fn discovery_format(headers: &HeaderMap) -> Result<DiscoveryFormat, ApiError
     if !headers.contains_key(header::ACCEPT) {
         return Ok(DiscoveryFormat::Legacy);
     }
-    for range in media_ranges(headers) {
+    for range in acceptable(headers) {
         if !range.accepts_json() {
             continue;
         }
@@ -194,6 +219,29 @@ mod tests {
             representation(&headers),
             Ok(Representation::Table(TableVersion::V1))
         );
+    }
+
+    /// The parser OpenAPI serving shares: media types compare
+    /// case-insensitively (RFC 9110), a parameter without a value is ignored
+    /// (as Kubernetes' parser ignores it), and q = 0 ranges are read but
+    /// never chosen.
+    #[test]
+    fn one_parser_reads_every_accept() {
+        assert_eq!(
+            representation(&accept("Application/JSON")),
+            Ok(Representation::Json)
+        );
+        assert_eq!(
+            representation(&accept("application/json;charset")),
+            Ok(Representation::Json)
+        );
+        let headers = accept("application/json;q=0, text/html;q=\"0.5\"");
+        let ranges = media_ranges(&headers);
+        assert_eq!(ranges.len(), 2);
+        assert!(ranges[0].is("TEXT/html") && ranges[0].acceptable());
+        assert!(ranges[1].accepts_json() && !ranges[1].acceptable());
+        assert!(representation(&headers).is_err());
+        assert!(media_ranges(&accept("")).is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     ListMeta, Status, StatusCause, StatusDetails,
 };
 
+use crate::auth::AuthError;
 use crate::v1alpha1::{GROUP, Plugin};
 
 /// An API error: becomes a `Status` body with the matching HTTP code.
@@ -147,6 +148,20 @@ impl ApiError {
     }
 }
 
+/// A refused caller, as kube-apiserver answers one: `401` for an unknown
+/// caller (with its `WWW-Authenticate` challenge), `403` for a denial, and
+/// `500` when the decision could not be made.
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        match error {
+            AuthError::Unauthenticated(message) => Self::Unauthorized(message),
+            AuthError::Forbidden(message) => Self::Forbidden(message),
+            review @ AuthError::TokenReview(_) => Self::Unauthorized(review.to_string()),
+            review @ AuthError::AccessReview(_) => Self::Internal(review.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.code(), Json(self.to_status())).into_response();
@@ -194,5 +209,49 @@ mod tests {
         assert_eq!(json["apiVersion"], "v1");
         assert_eq!(json["code"], 405);
         assert_eq!(json["status"], "Failure");
+    }
+
+    /// Refusals keep the code, reason and message kube-apiserver would give.
+    #[test]
+    fn auth_errors_become_statuses() {
+        let unreachable = || kube::Error::LinesCodecMaxLineLengthExceeded;
+        let cases = [
+            (
+                AuthError::Unauthenticated("Unauthorized".to_owned()),
+                401,
+                "Unauthorized",
+                "Unauthorized",
+            ),
+            (
+                AuthError::TokenReview(unreachable()),
+                401,
+                "Unauthorized",
+                "Unauthorized: the token could not be reviewed: Error finding newline character",
+            ),
+            (
+                AuthError::Forbidden("user \"x\" cannot list resource \"plugins\"".to_owned()),
+                403,
+                "Forbidden",
+                "user \"x\" cannot list resource \"plugins\"",
+            ),
+            (
+                AuthError::AccessReview(unreachable()),
+                500,
+                "InternalError",
+                "authorization check failed: Error finding newline character",
+            ),
+        ];
+        for (error, code, reason, message) in cases {
+            let status = ApiError::from(error).to_status();
+            assert_eq!(status.code, Some(code), "{message}");
+            assert_eq!(status.reason.as_deref(), Some(reason), "{message}");
+            assert_eq!(status.message.as_deref(), Some(message));
+        }
+        let response =
+            ApiError::from(AuthError::Unauthenticated("Unauthorized".to_owned())).into_response();
+        assert_eq!(
+            response.headers().get(header::WWW_AUTHENTICATE),
+            Some(&HeaderValue::from_static("Bearer realm=\"kplug\""))
+        );
     }
 }

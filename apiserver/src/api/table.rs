@@ -1,12 +1,13 @@
-//! Server-side `Table` output, what `kubectl get` prints.
+//! Server-side `Table` output, what `kubectl get` prints, written from the
+//! registry's cached bytes.
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::Serialize;
 
 use super::negotiate::TableVersion;
 use super::status::ApiError;
-use crate::v1alpha1::Plugin;
+use crate::registry::Encoded;
 
 /// What each row carries besides its cells (`?includeObject=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,7 +58,9 @@ const fn column(
     }
 }
 
-/// Priority 1 columns appear only with `kubectl get -o wide`.
+/// Priority 1 columns appear only with `kubectl get -o wide`. The registry
+/// keeps each object's cells in this order ([`Encoded`]): "Name" to "Ready"
+/// before the two ages, which are made per request, and "Address" after.
 const COLUMNS: [ColumnDefinition; 8] = [
     column(
         "Name",
@@ -99,139 +102,137 @@ const COLUMNS: [ColumnDefinition; 8] = [
     ),
 ];
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PartialObjectMetadata<'a> {
-    kind: &'static str,
-    api_version: &'static str,
-    metadata: &'a ObjectMeta,
+/// Writes `meta.k8s.io` Tables of plugins from the registry's cached bytes
+/// ([`Encoded`]): only the two ages are formatted per request. The output is
+/// what serde would write for the Table (see the tests).
+pub struct TableWriter {
+    version: TableVersion,
+    include: IncludeObject,
+    /// Ages are relative to this.
+    now: Timestamp,
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum RowObject<'a> {
-    Metadata(PartialObjectMetadata<'a>),
-    Object(&'a Plugin),
-}
-
-#[derive(Serialize)]
-struct Row<'a> {
-    cells: [String; COLUMNS.len()],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    object: Option<RowObject<'a>>,
-}
-
-/// A `meta.k8s.io` Table of plugins, ready to serialize.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Table<'a> {
-    kind: &'static str,
-    api_version: &'static str,
-    metadata: ListMeta,
-    column_definitions: &'static [ColumnDefinition],
-    rows: Vec<Row<'a>>,
-}
-
-/// One plugin to show, with the real time of its last heartbeat.
-pub struct TableItem<'a> {
-    pub plugin: &'a Plugin,
-    pub last_seen: Timestamp,
-}
-
-impl<'a> Table<'a> {
-    /// Builds the table at `now` (ages are relative to it).
-    pub fn new(
-        version: TableVersion,
-        metadata: ListMeta,
-        items: impl IntoIterator<Item = TableItem<'a>>,
-        include: IncludeObject,
-        now: Timestamp,
-    ) -> Self {
-        let rows = items
-            .into_iter()
-            .map(|item| Row {
-                cells: cells(item.plugin, item.last_seen, now),
-                object: match include {
-                    IncludeObject::None => None,
-                    IncludeObject::Metadata => Some(RowObject::Metadata(PartialObjectMetadata {
-                        kind: "PartialObjectMetadata",
-                        api_version: version.api_version(),
-                        metadata: &item.plugin.metadata,
-                    })),
-                    IncludeObject::Object => Some(RowObject::Object(item.plugin)),
-                },
-            })
-            .collect();
+impl TableWriter {
+    pub fn new(version: TableVersion, include: IncludeObject, now: Timestamp) -> Self {
         Self {
-            kind: "Table",
-            api_version: version.api_version(),
-            metadata,
-            column_definitions: &COLUMNS,
-            rows,
+            version,
+            include,
+            now,
         }
     }
-}
 
-fn cells(plugin: &Plugin, last_seen: Timestamp, now: Timestamp) -> [String; COLUMNS.len()] {
-    let spec = &plugin.spec;
-    let created = plugin
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(now, |t| t.0);
-    let ready = plugin
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::v1alpha1::CONDITION_READY)
-        .map_or("Unknown", |c| c.status.as_str());
-    [
-        plugin.name().to_owned(),
-        spec.api.qualified_resource(),
-        spec.implementation.clone(),
-        spec.version.clone(),
-        ready.to_owned(),
-        human_duration(now.duration_since(last_seen).as_secs()),
-        human_duration(now.duration_since(created).as_secs()),
-        spec.address.clone(),
-    ]
+    /// Everything before the first row.
+    pub fn head(&self, metadata: &ListMeta) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(2048);
+        out.extend_from_slice(br#"{"kind":"Table","apiVersion":""#);
+        out.extend_from_slice(self.version.api_version().as_bytes());
+        out.extend_from_slice(br#"","metadata":"#);
+        serde_json::to_writer(&mut out, metadata)?;
+        out.extend_from_slice(br#","columnDefinitions":"#);
+        serde_json::to_writer(&mut out, &COLUMNS)?;
+        out.extend_from_slice(br#","rows":["#);
+        Ok(out)
+    }
+
+    /// Everything after the last row.
+    pub const TAIL: &'static [u8] = b"]}";
+
+    /// One row (without a separating comma).
+    pub fn row(&self, out: &mut Vec<u8>, encoded: &Encoded, last_seen: Timestamp) {
+        out.extend_from_slice(br#"{"cells":["#);
+        out.extend_from_slice(encoded.cells_before_ages());
+        for since in [last_seen, encoded.created()] {
+            out.extend_from_slice(b",\"");
+            // kubectl's durations are digits, units and "<invalid>": nothing
+            // that JSON escapes.
+            write_human_duration(out, self.now.duration_since(since).as_secs());
+            out.push(b'"');
+        }
+        out.push(b',');
+        out.extend_from_slice(encoded.cells_after_ages());
+        out.push(b']');
+        match self.include {
+            IncludeObject::None => {}
+            IncludeObject::Metadata => {
+                out.extend_from_slice(
+                    br#","object":{"kind":"PartialObjectMetadata","apiVersion":""#,
+                );
+                out.extend_from_slice(self.version.api_version().as_bytes());
+                out.extend_from_slice(br#"","metadata":"#);
+                out.extend_from_slice(encoded.metadata());
+                out.push(b'}');
+            }
+            IncludeObject::Object => {
+                out.extend_from_slice(br#","object":"#);
+                out.extend_from_slice(encoded.json());
+            }
+        }
+        out.push(b'}');
+    }
+
+    /// A whole Table of one plugin, as `get` and table watches send it.
+    pub fn single(
+        &self,
+        out: &mut Vec<u8>,
+        metadata: &ListMeta,
+        encoded: &Encoded,
+        last_seen: Timestamp,
+    ) -> Result<(), serde_json::Error> {
+        out.extend_from_slice(&self.head(metadata)?);
+        self.row(out, encoded, last_seen);
+        out.extend_from_slice(Self::TAIL);
+        Ok(())
+    }
 }
 
 /// Formats an age the way kubectl does (apimachinery's `HumanDuration`).
 pub fn human_duration(seconds: i64) -> String {
+    let mut out = Vec::with_capacity(8);
+    write_human_duration(&mut out, seconds);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`human_duration`] appended to `out`, without an allocation per cell.
+fn write_human_duration(out: &mut Vec<u8>, seconds: i64) {
+    // Writing into a Vec cannot fail.
+    let _ = human_duration_to(out, seconds);
+}
+
+fn human_duration_to(out: &mut Vec<u8>, seconds: i64) -> std::io::Result<()> {
+    use std::io::Write;
     if seconds < -1 {
-        return "<invalid>".to_owned();
+        return out.write_all(b"<invalid>");
     }
     let seconds = seconds.max(0);
     let minutes = seconds / 60;
     let hours = minutes / 60;
     let days = hours / 24;
     let years = days / 365;
-    let with_remainder = |major: i64, unit: &str, minor: i64, minor_unit: &str| {
+    let mut with_remainder = |major: i64, unit: &str, minor: i64, minor_unit: &str| {
         if minor == 0 {
-            format!("{major}{unit}")
+            write!(out, "{major}{unit}")
         } else {
-            format!("{major}{unit}{minor}{minor_unit}")
+            write!(out, "{major}{unit}{minor}{minor_unit}")
         }
     };
     if seconds < 120 {
-        format!("{seconds}s")
+        with_remainder(seconds, "s", 0, "")
     } else if minutes < 10 {
         with_remainder(minutes, "m", seconds % 60, "s")
     } else if minutes < 180 {
-        format!("{minutes}m")
+        with_remainder(minutes, "m", 0, "")
     } else if hours < 8 {
         with_remainder(hours, "h", minutes % 60, "m")
     } else if hours < 48 {
-        format!("{hours}h")
+        with_remainder(hours, "h", 0, "")
     } else if hours < 24 * 8 {
         with_remainder(days, "d", hours % 24, "h")
     } else if hours < 24 * 365 * 2 {
-        format!("{days}d")
+        with_remainder(days, "d", 0, "")
     } else if hours < 24 * 365 * 8 {
         with_remainder(years, "y", days % 365, "d")
     } else {
-        format!("{years}y")
+        with_remainder(years, "y", 0, "")
     }
 }
 

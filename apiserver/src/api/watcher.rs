@@ -15,10 +15,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
 use super::negotiate::Representation;
-use super::plugins::ListOptions;
+use super::options::ListOptions;
 use super::status::ApiError;
-use super::table::{Table, TableItem};
-use crate::registry::{Event, EventType, WatchError};
+use super::table::TableWriter;
+use crate::registry::{Encoded, Event, EventType, WatchError};
 use crate::v1alpha1::{API_VERSION, Plugin};
 
 /// Events buffered per watch before the writer waits for the client.
@@ -55,28 +55,35 @@ impl Encoder {
         Bytes::from(bytes)
     }
 
-    fn object(&self, type_: &'static str, plugin: &Plugin) -> Bytes {
+    /// `{"type":...,"object":...}` around the object's cached bytes, as a
+    /// Table of one row when the watch asked for tables.
+    fn object(&self, type_: &'static str, plugin: &Plugin, encoded: &Encoded) -> Bytes {
+        let mut out = Vec::with_capacity(encoded.json().len() + 64);
+        out.extend_from_slice(br#"{"type":""#);
+        out.extend_from_slice(type_.as_bytes());
+        out.extend_from_slice(br#"","object":"#);
         match self.repr {
-            Representation::Json => Self::line(type_, plugin),
+            Representation::Json => out.extend_from_slice(encoded.json()),
             Representation::Table(version) => {
                 let last_seen = self
                     .state
                     .registry
                     .last_seen(plugin.name())
                     .unwrap_or(plugin.status.last_heartbeat_time.0);
-                let table = Table::new(
-                    version,
-                    ListMeta {
-                        resource_version: plugin.metadata.resource_version.clone(),
-                        ..ListMeta::default()
-                    },
-                    [TableItem { plugin, last_seen }],
-                    self.options.include_object,
-                    Timestamp::now(),
-                );
-                Self::line(type_, table)
+                let metadata = ListMeta {
+                    resource_version: plugin.metadata.resource_version.clone(),
+                    ..ListMeta::default()
+                };
+                let table =
+                    TableWriter::new(version, self.options.include_object, Timestamp::now());
+                if let Err(error) = table.single(&mut out, &metadata, encoded, last_seen) {
+                    // A ListMeta of one string always serializes.
+                    tracing::error!(%error, "encoding a watch event");
+                }
             }
         }
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
     }
 
     fn bookmark(&self, resource_version: u64, initial_events_end: bool) -> Bytes {
@@ -112,7 +119,7 @@ impl Encoder {
             (other, _, true) => other,
             (_, _, false) => return None,
         };
-        Some(self.object(type_.as_str(), &event.object))
+        Some(self.object(type_.as_str(), &event.object, &event.encoded))
     }
 }
 

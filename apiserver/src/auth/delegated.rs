@@ -25,8 +25,7 @@ use super::attributes::Attributes;
 use super::cache::TtlCache;
 use super::metrics::{AuthMetrics, Cache};
 use super::verifier::{DynamicVerifier, optional_client_auth, roots, verifies};
-use super::{PeerIdentity, User};
-use crate::api::status::ApiError;
+use super::{AuthError, PeerIdentity, User};
 use crate::v1alpha1::{GROUP, VERSION};
 
 /// Where kube-apiserver publishes the trust an extension server needs.
@@ -314,7 +313,7 @@ impl Delegated {
         &self,
         peer: &PeerIdentity,
         headers: &HeaderMap,
-    ) -> Result<User, ApiError> {
+    ) -> Result<User, AuthError> {
         match peer {
             PeerIdentity::FrontProxy {
                 common_name,
@@ -322,7 +321,7 @@ impl Delegated {
             } => {
                 if let Some(user) = self.user_from_headers(headers) {
                     if !allowed {
-                        return Err(ApiError::Unauthorized(format!(
+                        return Err(AuthError::Unauthenticated(format!(
                             "Unauthorized: client certificate CN {common_name:?} is not in requestheader-allowed-names"
                         )));
                     }
@@ -334,17 +333,17 @@ impl Delegated {
         }
         match bearer_token(headers) {
             Some(token) => self.review_token(token).await,
-            None => Err(ApiError::Unauthorized("Unauthorized".to_owned())),
+            None => Err(AuthError::Unauthenticated("Unauthorized".to_owned())),
         }
     }
 
     /// Authenticates a bearer token with a (cached) TokenReview.
-    pub async fn review_token(&self, token: &str) -> Result<User, ApiError> {
+    pub async fn review_token(&self, token: &str) -> Result<User, AuthError> {
         let key = sha256(token);
         let cached = self.tokens.get(&key);
         self.metrics.lookup(Cache::Token, cached.is_some());
         if let Some(cached) = cached {
-            return cached.map_err(ApiError::Unauthorized);
+            return cached.map_err(AuthError::Unauthenticated);
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -360,9 +359,7 @@ impl Delegated {
             .map_err(|e| {
                 self.metrics.review::<(), ()>(Cache::Token, None);
                 tracing::warn!(error = %e, "TokenReview failed");
-                ApiError::Unauthorized(format!(
-                    "Unauthorized: the token could not be reviewed: {e}"
-                ))
+                AuthError::TokenReview(e)
             })?;
         let status = reviewed.status.unwrap_or_default();
         let outcome = match (status.authenticated, status.user) {
@@ -379,11 +376,11 @@ impl Delegated {
         self.metrics.review(Cache::Token, Some(&outcome));
         self.tokens
             .insert(key, outcome.clone(), self.settings.token_ttl);
-        outcome.map_err(ApiError::Unauthorized)
+        outcome.map_err(AuthError::Unauthenticated)
     }
 
     /// Asks kube-apiserver (with a short cache) whether `user` may do `attributes`.
-    pub async fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), ApiError> {
+    pub async fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), AuthError> {
         if user
             .groups
             .iter()
@@ -395,7 +392,7 @@ impl Delegated {
         let cached = self.decisions.get(&key);
         self.metrics.lookup(Cache::Decision, cached.is_some());
         if let Some(cached) = cached {
-            return cached.map_err(ApiError::Forbidden);
+            return cached.map_err(AuthError::Forbidden);
         }
         let (resource_attributes, non_resource_attributes) = match attributes {
             Attributes::Resource {
@@ -441,7 +438,7 @@ impl Delegated {
             .map_err(|e| {
                 self.metrics.review::<(), ()>(Cache::Decision, None);
                 tracing::warn!(error = %e, "SubjectAccessReview failed");
-                ApiError::Internal(format!("authorization check failed: {e}"))
+                AuthError::AccessReview(e)
             })?;
         let status = reviewed.status.unwrap_or_default();
         let decision = if status.allowed {
@@ -456,7 +453,7 @@ impl Delegated {
             Err(message)
         };
         self.metrics.review(Cache::Decision, Some(&decision));
-        decision.map_err(ApiError::Forbidden)
+        decision.map_err(AuthError::Forbidden)
     }
 }
 

@@ -3,7 +3,8 @@
 //! Standalone mode trusts x509 client certificates of its own CA (rustls
 //! verified the chain during the handshake) and lets every authenticated
 //! user do everything. Cluster mode delegates both decisions to
-//! kube-apiserver ([`delegated`]).
+//! kube-apiserver ([`delegated`]). Refusals are [`AuthError`]s; the
+//! server's middleware answers them as Kubernetes `Status` objects.
 
 pub mod attributes;
 pub mod cache;
@@ -14,16 +15,32 @@ pub mod verifier;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
-use crate::api::status::ApiError;
 pub use attributes::{Attributes, RequestInfo};
 use delegated::Delegated;
+
+/// Why a caller was refused. Its own type, so that authentication does not
+/// depend on the HTTP surface: the edges map it, to a Kubernetes `Status`
+/// (`api::status`) or to a gRPC status (`heartbeat`). The messages are the
+/// ones clients see.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// Who is calling is unknown (`401 Unauthorized`).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A bearer token could not be reviewed: the caller stays unknown.
+    #[error("Unauthorized: the token could not be reviewed: {0}")]
+    TokenReview(#[source] kube::Error),
+    /// The caller may not do this (`403 Forbidden`).
+    #[error("{0}")]
+    Forbidden(String),
+    /// kube-apiserver could not be asked: a failure of ours, not a denial.
+    #[error("authorization check failed: {0}")]
+    AccessReview(#[source] kube::Error),
+}
 
 /// An authenticated user, as Kubernetes names one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -87,7 +104,17 @@ impl Auth {
         }
     }
 
-    async fn check(&self, request: &Parts) -> Result<User, ApiError> {
+    /// The user behind a request, if they may make it; a refusal is
+    /// logged (at debug, under this module) with the path.
+    pub async fn check(&self, request: &Parts) -> Result<User, AuthError> {
+        let decision = self.decide(request).await;
+        if let Err(error) = &decision {
+            tracing::debug!(path = %request.uri.path(), %error, "request refused");
+        }
+        decision
+    }
+
+    async fn decide(&self, request: &Parts) -> Result<User, AuthError> {
         let peer = request
             .extensions
             .get::<PeerIdentity>()
@@ -96,7 +123,7 @@ impl Auth {
         match self {
             Self::Standalone => match peer {
                 PeerIdentity::User(user) => Ok((*user).clone()),
-                _ => Err(ApiError::Unauthorized(
+                _ => Err(AuthError::Unauthenticated(
                     "Unauthorized: a client certificate signed by kplug's CA is required"
                         .to_owned(),
                 )),
@@ -111,22 +138,6 @@ impl Auth {
                 delegated.authorize(&user, &attributes).await?;
                 Ok(user)
             }
-        }
-    }
-}
-
-/// Middleware: answers `401`/`403` Statuses, or passes the request on with
-/// its [`User`].
-pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
-    let (mut parts, body) = request.into_parts();
-    match auth.check(&parts).await {
-        Ok(user) => {
-            parts.extensions.insert(Arc::new(user));
-            next.run(Request::from_parts(parts, body)).await
-        }
-        Err(error) => {
-            tracing::debug!(path = %parts.uri.path(), %error, "request refused");
-            error.into_response()
         }
     }
 }

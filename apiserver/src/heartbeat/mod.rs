@@ -17,9 +17,8 @@ use tonic::{Request, Response, Status};
 pub use metrics::HeartbeatMetrics;
 pub use validate::{FieldError, Invalid, declaration};
 
-use crate::api::status::ApiError;
-use crate::auth::Attributes;
 use crate::auth::delegated::Delegated;
+use crate::auth::{Attributes, AuthError};
 use crate::registry::Registry;
 use metrics::Answer;
 
@@ -36,11 +35,14 @@ pub struct HeartbeatService {
     metrics: HeartbeatMetrics,
 }
 
-fn grpc_status(error: ApiError) -> Status {
+/// A refused caller in gRPC's words; a review that could not be made is
+/// `UNAVAILABLE`, so plugins retry instead of giving up.
+fn grpc_status(error: AuthError) -> Status {
     match error {
-        ApiError::Unauthorized(message) => Status::unauthenticated(message),
-        ApiError::Forbidden(message) => Status::permission_denied(message),
-        other => Status::unavailable(other.to_string()),
+        AuthError::Unauthenticated(message) => Status::unauthenticated(message),
+        review @ AuthError::TokenReview(_) => Status::unauthenticated(review.to_string()),
+        AuthError::Forbidden(message) => Status::permission_denied(message),
+        review @ AuthError::AccessReview(_) => Status::unavailable(review.to_string()),
     }
 }
 
@@ -213,5 +215,48 @@ impl RegistryApi for HeartbeatService {
             tracing::info!(plugin = %request.name, "plugin deregistered");
         }
         Ok(Response::new(DeregisterResponse { removed }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal keeps its gRPC code, its message and its metrics answer.
+    #[test]
+    fn auth_errors_become_grpc_statuses_and_answers() {
+        let cases = [
+            (
+                AuthError::Unauthenticated("Unauthorized: invalid bearer token".to_owned()),
+                tonic::Code::Unauthenticated,
+                "Unauthorized: invalid bearer token",
+                Answer::Unauthenticated,
+            ),
+            (
+                AuthError::TokenReview(kube::Error::LinesCodecMaxLineLengthExceeded),
+                tonic::Code::Unauthenticated,
+                "Unauthorized: the token could not be reviewed: Error finding newline character",
+                Answer::Unauthenticated,
+            ),
+            (
+                AuthError::Forbidden("user \"x\" cannot create plugins".to_owned()),
+                tonic::Code::PermissionDenied,
+                "user \"x\" cannot create plugins",
+                Answer::Forbidden,
+            ),
+            (
+                AuthError::AccessReview(kube::Error::LinesCodecMaxLineLengthExceeded),
+                tonic::Code::Unavailable,
+                "authorization check failed: Error finding newline character",
+                Answer::Unavailable,
+            ),
+        ];
+        for (error, code, message, answer) in cases {
+            let status = grpc_status(error);
+            assert_eq!(status.code(), code, "{message}");
+            assert_eq!(status.message(), message);
+            assert_eq!(rejection(&status), answer, "{message}");
+        }
+        assert_eq!(rejection(&Status::invalid_argument("bad")), Answer::Invalid);
     }
 }

@@ -187,7 +187,10 @@ impl Proxy {
         // Tells the plugin its deadline (grpc-timeout); the local timeout
         // below also covers a plugin that ignores it.
         grpc_request.set_timeout(timeout);
-        if let Ok(mut value) = trace.to_string().parse::<tonic::metadata::AsciiMetadataValue>() {
+        if let Ok(mut value) = trace
+            .to_string()
+            .parse::<tonic::metadata::AsciiMetadataValue>()
+        {
             // Unique per call: HPACK would only churn its table indexing it.
             value.set_sensitive(true);
             grpc_request.metadata_mut().insert(TRACEPARENT, value);

@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use jiff::Timestamp;
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
@@ -20,10 +23,11 @@ use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
 use crate::api::metrics::RequestMetrics;
+use crate::api::status::ApiError;
 use crate::api::{self, AppState, openapi::OpenApi};
+use crate::auth::Auth;
 use crate::auth::delegated::Delegated;
 use crate::auth::verifier::{optional_client_auth, roots};
-use crate::auth::{self, Auth};
 use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
 use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
 use crate::proxy::{Proxy, ProxyMetrics};
@@ -38,13 +42,27 @@ const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 /// authentication and authorization, every request counted.
 pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>, metrics: &Metrics) -> Router {
     let api = api::router(state, openapi, metrics.registry.clone())
-        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
+        .layer(axum::middleware::from_fn_with_state(auth, guard));
     health::router()
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
             metrics.requests.clone(),
             api::metrics::instrument,
         ))
+}
+
+/// Middleware: answers `401`/`403` Statuses, or passes the request on with
+/// its [`crate::auth::User`]. It lives here, at the edge, so that `auth` decides
+/// and `api::status` words the answer without either knowing the other.
+async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    match auth.check(&parts).await {
+        Ok(user) => {
+            parts.extensions.insert(Arc::new(user));
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(error) => ApiError::from(error).into_response(),
+    }
 }
 
 /// Every metric family, and the request metrics the HTTP layer updates.

@@ -88,7 +88,9 @@ async fn reports_and_logs_the_trace_id_it_was_called_with() {
 
     let message = |operation_id: &str| ReconcileRequest {
         operation_id: operation_id.into(),
-        object: serde_json::to_vec(&json!({"metadata": {"name": "ada"}})).expect("JSON"),
+        object: serde_json::to_vec(&json!({"metadata": {"name": "ada"}}))
+            .expect("JSON")
+            .into(),
         ..Default::default()
     };
     let mut traced = tonic::Request::new(message("op-traced"));

@@ -103,7 +103,12 @@ impl Widgets {
 
     /// A hello plugin as [`Widgets::plugin`] starts it, with `extra`
     /// flags, its log read.
-    pub fn plugin_logged(&self, name: &str, implementation: &str, extra: &[&str]) -> (Process, Lines) {
+    pub fn plugin_logged(
+        &self,
+        name: &str,
+        implementation: &str,
+        extra: &[&str],
+    ) -> (Process, Lines) {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         Process::spawn_with_stderr(
             hello_plugin_command(&self.kplug, name, &token)
@@ -118,7 +123,12 @@ impl Widgets {
 
     /// The Python hello plugin (examples/hello-python) named `name`
     /// serving widgets as `implementation` with `extra` flags, its log read.
-    pub fn python_plugin(&self, name: &str, implementation: &str, extra: &[&str]) -> (Process, Lines) {
+    pub fn python_plugin(
+        &self,
+        name: &str,
+        implementation: &str,
+        extra: &[&str],
+    ) -> (Process, Lines) {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         let mut command = Command::new(venv_python());
         command

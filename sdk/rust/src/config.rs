@@ -208,32 +208,10 @@ impl Config {
     }
 }
 
-/// Parses `1500ms`, `5s`, `2m`, `1h` or a bare number of seconds, e.g. for
-/// a plugin's own duration flags.
-///
-/// # Errors
-///
-/// A message naming the accepted forms.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ms" => Some(0.001),
-        "" | "s" => Some(1.0),
-        "m" => Some(60.0),
-        "h" => Some(3600.0),
-        _ => None,
-    };
-    scale
-        .zip(number.parse::<f64>().ok())
-        .and_then(|(scale, n)| Duration::try_from_secs_f64(n * scale).ok())
-        .ok_or_else(|| {
-            format!("invalid duration {text:?}: expected e.g. 500ms, 5s, 2m, 1h or seconds")
-        })
-}
+/// Parses `1500ms`, `5s`, `2m`, `1h`, `1h30m` or a bare number of seconds,
+/// e.g. for a plugin's own duration flags: the form kplug's server and
+/// operator take too, plus the bare seconds the Python SDK takes.
+pub use kplug_proto::duration::parse_or_seconds as parse_duration;
 
 #[cfg(test)]
 mod tests {
@@ -248,7 +226,9 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(ms(250)));
         assert_eq!(parse_duration(" 2m "), Ok(ms(120_000)));
         assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
-        for bad in ["", "s", "5x", "-1s", "five", "1e3", "1.2.3s"] {
+        assert_eq!(parse_duration(".5s"), Ok(ms(500)));
+        assert_eq!(parse_duration("1h30m"), Ok(ms(5_400_000)));
+        for bad in ["", "s", "5x", "-1s", "five", "1e3", "1.2.3s", "5 minutes"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
         }
     }

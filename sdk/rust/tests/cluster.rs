@@ -3,6 +3,8 @@
 //! fake registry that checks both the way kplug does. Every wait is
 //! bounded so that a hang fails instead of stalling the suite.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,14 +18,13 @@ use kplug_sdk::proto::v1alpha1::{
 use kplug_sdk::{ApiRef, Config, Error, Heartbeater, Plugin, PluginInfo, Request, Status};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::{Identity, ServerTlsConfig};
 
-/// Bounds every wait; far above anything a healthy run needs.
-const PATIENCE: Duration = Duration::from_secs(10);
+use support::{Client, PATIENCE, assert_gaps_at_least};
+
 /// kplug's message for a call without a token.
 const NO_TOKEN: &str = "a ServiceAccount token is required";
 
@@ -248,45 +249,6 @@ fn write_atomically(path: &Path, contents: &str) {
     std::fs::rename(&staged, path).unwrap();
 }
 
-/// A heartbeat loop in the background, stopped by `stop`.
-struct Client {
-    status: watch::Receiver<Status>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), Error>>,
-}
-
-impl Client {
-    fn start(heartbeater: Heartbeater) -> Self {
-        let status = heartbeater.status();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(heartbeater.run(async {
-            let _ = stopped.await;
-        }));
-        Self {
-            status,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(PATIENCE, self.task)
-            .await
-            .expect("run did not end after shutdown")
-            .unwrap()
-            .unwrap();
-    }
-
-    async fn wait_status(&mut self, what: impl FnMut(&Status) -> bool) -> Status {
-        tokio::time::timeout(PATIENCE, self.status.wait_for(what))
-            .await
-            .expect("status never matched")
-            .unwrap()
-            .clone()
-    }
-}
-
 fn refused(status: &Status) -> Option<(&str, &str)> {
     match &status.last {
         Some(Outcome::Refused { reason, message }) => Some((reason, message)),
@@ -311,10 +273,7 @@ async fn tls_heartbeats_and_deregistration_carry_the_token() {
     );
 
     assert_eq!(server.heartbeat().await.0.as_deref(), Some("token-a"));
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
+    client.wait_accepted().await;
 
     client.stop().await;
     let (token, request) = server.deregistration().await;
@@ -381,13 +340,7 @@ async fn no_token_is_refused_and_retried_at_the_interval_until_it_appears() {
         assert_eq!(token, None, "there is no token file");
         times.push(at);
     }
-    for pair in times.windows(2) {
-        let gap = pair[1] - pair[0];
-        assert!(
-            gap >= Duration::from_millis(530),
-            "gap {gap:?} below the interval"
-        );
-    }
+    assert_gaps_at_least(&times, Duration::from_millis(530));
 
     // A wrong token is refused too, saying so.
     write_atomically(&token_file, "token-x");
@@ -398,10 +351,7 @@ async fn no_token_is_refused_and_retried_at_the_interval_until_it_appears() {
 
     // The right one lets the plugin in without a restart.
     write_atomically(&token_file, "token-a");
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
+    client.wait_accepted().await;
     client.stop().await;
 }
 
@@ -437,17 +387,8 @@ async fn permission_denied_is_retried_at_the_interval() {
     for _ in 0..4 {
         times.push(server.heartbeat().await.1);
     }
-    for pair in times.windows(2) {
-        let gap = pair[1] - pair[0];
-        assert!(
-            gap >= Duration::from_millis(530),
-            "gap {gap:?} below the interval: retried with the failure backoff?"
-        );
-    }
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
+    assert_gaps_at_least(&times, Duration::from_millis(530));
+    client.wait_accepted().await;
     client.stop().await;
 }
 

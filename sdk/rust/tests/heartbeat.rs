@@ -2,6 +2,8 @@
 //! registry. Timing checks use lower bounds (timers never fire early) and
 //! generous upper bounds, and every wait has a timeout so a hang fails.
 
+mod support;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -12,16 +14,14 @@ use kplug_sdk::proto::v1alpha1::registry_server::{Registry, RegistryServer};
 use kplug_sdk::proto::v1alpha1::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, PROTOCOL_VERSION,
 };
-use kplug_sdk::{ApiRef, Error, Heartbeater, PluginInfo, Status};
+use kplug_sdk::{ApiRef, Error, Heartbeater, PluginInfo};
 use kplug_test_support::free_port;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Code, Request, Response};
 
-/// Bounds every wait; far above anything a healthy run needs.
-const PATIENCE: Duration = Duration::from_secs(10);
+use support::{Client, PATIENCE, assert_gaps_at_least};
 
 /// What the fake does with one heartbeat.
 #[derive(Clone)]
@@ -151,48 +151,6 @@ fn info() -> PluginInfo {
         .label("team", "a")
 }
 
-/// A heartbeat loop in the background, stopped by `stop`.
-struct Client {
-    status: watch::Receiver<Status>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), Error>>,
-}
-
-impl Client {
-    fn start(heartbeater: Heartbeater) -> Self {
-        let status = heartbeater.status();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(heartbeater.run(async {
-            let _ = stopped.await;
-        }));
-        Self {
-            status,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    /// Signals shutdown and waits, bounded, for `run` to return.
-    async fn stop(mut self) -> Duration {
-        let started = Instant::now();
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(PATIENCE, self.task)
-            .await
-            .expect("run did not end after shutdown")
-            .unwrap()
-            .unwrap();
-        started.elapsed()
-    }
-
-    async fn wait_status(&mut self, what: impl FnMut(&Status) -> bool) -> Status {
-        tokio::time::timeout(PATIENCE, self.status.wait_for(what))
-            .await
-            .expect("status never matched")
-            .unwrap()
-            .clone()
-    }
-}
-
 fn url(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
@@ -297,11 +255,8 @@ async fn failures_back_off_then_recover() {
         "gaps {gaps:?} too slow"
     );
 
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
+    let status = client.wait_accepted().await;
     assert_eq!(status.consecutive_failures, 0);
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
     client.stop().await;
 }
 
@@ -342,11 +297,8 @@ async fn reconnects_when_the_registry_comes_up_late() {
     let listener = TcpListener::bind(addr).await.unwrap();
     let mut server = Server::start(listener, Duration::from_secs(10), vec![]).await;
     server.heartbeat().await;
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
+    let status = client.wait_accepted().await;
     assert_eq!(status.consecutive_failures, 0);
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
     client.stop().await;
     assert_eq!(server.deregistration().await.name, "hello");
 }
@@ -377,17 +329,8 @@ async fn refusals_are_retried_at_the_interval() {
     for _ in 0..3 {
         times.push(server.heartbeat().await.1);
     }
-    for pair in times.windows(2) {
-        let gap = pair[1] - pair[0];
-        assert!(
-            gap >= Duration::from_millis(260),
-            "gap {gap:?} below the interval"
-        );
-    }
-    let status = client
-        .wait_status(|s| s.last == Some(Outcome::Accepted))
-        .await;
-    assert_eq!(status.uid.as_deref(), Some("uid-1"));
+    assert_gaps_at_least(&times, Duration::from_millis(260));
+    client.wait_accepted().await;
     client.stop().await;
 }
 

@@ -237,7 +237,7 @@ fn object(name: &str, spec: Value) -> Value {
 fn request(object: &Value) -> ReconcileRequest {
     ReconcileRequest {
         operation_id: "op-1".into(),
-        object: serde_json::to_vec(object).unwrap(),
+        object: serde_json::to_vec(object).unwrap().into(),
         ..Default::default()
     }
 }
@@ -282,7 +282,7 @@ async fn reconcile_and_finalize_round_trip_json_losslessly() {
     });
     let mut message = request(&object);
     message.dry_run = true;
-    message.extensions = vec![serde_json::to_vec(&extension).unwrap()];
+    message.extensions = vec![serde_json::to_vec(&extension).unwrap().into()];
 
     let answer: ReconcileResponse = running
         .client
@@ -353,8 +353,8 @@ async fn invalid_json_is_invalid_argument_and_never_reaches_the_plugin() {
     ];
     for (object, extensions, expected) in cases {
         let message = ReconcileRequest {
-            object: object.to_vec(),
-            extensions: extensions.iter().map(|e| e.to_vec()).collect(),
+            object: object.to_vec().into(),
+            extensions: extensions.iter().map(|e| e.to_vec().into()).collect(),
             ..Default::default()
         };
         let status = running.client.reconcile(message).await.unwrap_err();

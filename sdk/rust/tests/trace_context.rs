@@ -141,7 +141,9 @@ impl Running {
     ) -> (Request, Value) {
         let message = ReconcileRequest {
             operation_id: operation_id.into(),
-            object: serde_json::to_vec(&json!({"metadata": {"name": operation_id}})).expect("JSON"),
+            object: serde_json::to_vec(&json!({"metadata": {"name": operation_id}}))
+                .expect("JSON")
+                .into(),
             ..Default::default()
         };
         let mut call = tonic::Request::new(message);

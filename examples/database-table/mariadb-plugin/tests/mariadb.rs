@@ -123,9 +123,9 @@ fn request(object: &Value, extension: Option<&Value>, dry_run: bool) -> Reconcil
     ReconcileRequest {
         operation_id: "test".into(),
         dry_run,
-        object: serde_json::to_vec(object).unwrap(),
+        object: serde_json::to_vec(object).unwrap().into(),
         extensions: extension
-            .map(|e| serde_json::to_vec(e).unwrap())
+            .map(|e| serde_json::to_vec(e).unwrap().into())
             .into_iter()
             .collect(),
         timeout: Some(Duration::from_secs(30).try_into().unwrap()),
