@@ -11,13 +11,18 @@ fn status(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
+/// A request: method, path, headers and body.
+type Request<'a> = (&'a str, String, &'a [&'a str], Option<&'a str>);
+/// The Status it must get: code, reason and part of the message.
+type Expected<'a> = (u16, &'a str, &'a str);
+
 /// Sends `method path` with `headers` and `body`, and checks the answer is
 /// a `Status` with `code`, `reason` and a message containing `message`;
 /// returns the Status.
 fn assert_status(
     kplug: &StandaloneKplug,
     (method, path, headers, body): (&str, &str, &[&str], Option<&str>),
-    (code, reason, message): (u16, &str, &str),
+    (code, reason, message): Expected<'_>,
 ) -> serde_json::Value {
     let (got, text) = kplug.curl(method, path, headers, body);
     let status = status(&text);
@@ -67,9 +72,8 @@ fn http_errors_are_statuses_with_the_right_code_and_reason() {
     const NOT_ALLOWED: &str = "the server does not allow this method on the requested resource";
     const ACCEPTED: &str = "only the following media types are accepted: application/json";
     const JSON: &[&str] = &["Content-Type: application/json"];
-    // (method, path, headers, body) and the Status: (code, reason, part of the message).
     #[rustfmt::skip]
-    let cases: Vec<((&str, String, &[&str], Option<&str>), (u16, &str, &str))> = vec![
+    let cases: Vec<(Request<'_>, Expected<'_>)> = vec![
         (("GET", "/apis/plugins.kplug.io/v1alpha1/foos".into(), &[], None), (404, "NotFound", NO_ROUTE)),
         (("GET", "/apis/nothing.example.com/v1".into(), &[], None), (404, "NotFound", NO_ROUTE)),
         (("GET", plugins("/ghost"), &[], None), (404, "NotFound", r#"plugins.plugins.kplug.io "ghost" not found"#)),

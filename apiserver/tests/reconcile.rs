@@ -47,9 +47,18 @@ fn post(kplug: &StandaloneKplug, path: &str, body: &str) -> (u16, Value) {
     (code, value)
 }
 
-/// kplug's metrics, as Prometheus reads them.
+/// kplug's metrics, as Prometheus reads them. The scrape has credential
+/// files of its own: `StandaloneKplug::curl` rewrites the admin's on every
+/// call, and a call on another thread may be reading them meanwhile.
 fn scrape(kplug: &StandaloneKplug) -> Samples {
-    let (code, body) = kplug.curl("GET", "/metrics", &[], None);
+    let dir = kplug.state.path();
+    let credentials = (dir.join("scraper.crt"), dir.join("scraper.key"));
+    if !credentials.1.exists() {
+        let (cert, key) = kplug.admin_pem();
+        std::fs::write(&credentials.0, cert).expect("write the scraper's certificate");
+        std::fs::write(&credentials.1, key).expect("write the scraper's key");
+    }
+    let (code, body) = kplug.curl_as(Some(&credentials), "GET", "/metrics", &[], None);
     assert_eq!(code, 200, "{body}");
     Samples::parse(&body)
 }
@@ -220,6 +229,12 @@ fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
     assert_eq!(status["details"]["retryAfterSeconds"], 1);
 }
 
+/// A request: method, path, Content-Type and body (none when empty).
+type Request<'a> = (&'a str, &'a str, &'a str, String);
+/// The Status it must get: code, reason, the field of its first cause and
+/// part of the message.
+type Expected<'a> = (u16, &'a str, Option<&'a str>, &'a str);
+
 #[test]
 fn malformed_requests_are_rejected_before_any_plugin_is_called() {
     let kplug = StandaloneKplug::start_with(&["--max-request-bytes", "4096"]);
@@ -236,10 +251,8 @@ fn malformed_requests_are_rejected_before_any_plugin_is_called() {
         json!({"object": {"apiVersion": "v1", "kind": "X", "metadata": {"name": "big"}, "data": "x".repeat(8192)}}),
     );
     const JSON: &str = "application/json";
-    // (method, path, Content-Type, body; none when empty) and the Status:
-    // (code, reason, the field of its first cause, part of the message).
     #[rustfmt::skip]
-    let cases: Vec<((&str, &str, &str, String), (u16, &str, Option<&str>, &str))> = vec![
+    let cases: Vec<(Request<'_>, Expected<'_>)> = vec![
         (("POST", &path, JSON, request(json!({}))),
             (422, "Invalid", Some("spec.object"), "spec.object: Required value")),
         (("POST", &path, JSON, request(json!({"object": {"apiVersion": "v1", "kind": "X", "metadata": {}}}))),

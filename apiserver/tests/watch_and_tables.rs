@@ -52,9 +52,17 @@ fn send(kplug: &StandaloneKplug, requests: Vec<HeartbeatRequest>) {
 /// Waits until kplug has `watches` watches of plugins open: a watch
 /// counts once kplug has subscribed it to the registry's events, so
 /// whatever happens next reaches it as an event.
+///
+/// The scrape has credential files of its own: `StandaloneKplug::curl`
+/// rewrites the admin's on every call, which the watch may be reading.
 fn wait_for_open_watches(kplug: &StandaloneKplug, watches: f64) {
+    let dir = kplug.state.path();
+    let credentials = (dir.join("scraper.crt"), dir.join("scraper.key"));
+    let (cert, key) = kplug.admin_pem();
+    std::fs::write(&credentials.0, cert).expect("write the scraper's certificate");
+    std::fs::write(&credentials.1, key).expect("write the scraper's key");
     wait_until("the watch open", Duration::from_secs(20), || {
-        let (code, body) = kplug.curl("GET", "/metrics", &[], None);
+        let (code, body) = kplug.curl_as(Some(&credentials), "GET", "/metrics", &[], None);
         if code != 200 {
             return Err(format!("{code}: {body}"));
         }

@@ -70,7 +70,9 @@ def test_first_heartbeat_declares_the_plugin(registry: FakeRegistry, serve: Serv
     started = time.monotonic()
     server = serve(Hello(), registry=registry.address, heartbeat_interval=5.0, labels={"team": "greeters"})
     first = registry.wait_for_heartbeats(1)[0]
-    assert first.at - started < 1.0, "the first heartbeat goes out at once"
+    # At once, not after the 5 s interval: the bound leaves a busy machine
+    # seconds to start the server.
+    assert first.at - started < 2.5, "the first heartbeat goes out at once"
 
     expected = registry_pb2.HeartbeatRequest(
         name="hello-python",
