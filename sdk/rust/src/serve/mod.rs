@@ -1,0 +1,324 @@
+//! Serving a [`Plugin`]: the gRPC server, health, heartbeats and shutdown.
+//!
+//! Inside, `service` is the gRPC service that calls the author's plugin,
+//! `wire` converts between protobuf messages and the author's types,
+//! `deadline` works out when a call must give up, and `address` settles
+//! the address the plugin declares. All but `service` are pure.
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::plugin_server::PluginServer;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinError;
+use tokio_util::task::AbortOnDropHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::heartbeat::{self, Heartbeater, Status};
+use crate::{Config, Error, Plugin, PluginInfo};
+use address::advertised_address;
+use service::{Service, stamp_arrival};
+
+mod address;
+mod deadline;
+mod service;
+mod wire;
+
+/// Announced on the plugin's behalf: the SDK serves both RPCs and passes
+/// `dry_run` through.
+const CAPABILITIES: [&str; 3] = ["Reconcile", "Finalize", "DryRun"];
+/// How long shutdown waits for the heartbeat loop to deregister. The loop
+/// bounds its own deregistration; this only guards against a wedged task.
+const DEREGISTER_WAIT: Duration = Duration::from_secs(5);
+/// The gRPC name under which health reports the Plugin service.
+const SERVICE_NAME: &str = "kplug.v1alpha1.Plugin";
+/// After the drain timeout, how long cancelled calls get to send their
+/// answer before the server is dropped.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// Serves `plugin` until SIGINT or SIGTERM, then shuts down gracefully; see
+/// [`Server::run`].
+///
+/// ```no_run
+/// # struct Hello;
+/// # impl kplug_sdk::Plugin for Hello {
+/// #     async fn reconcile(&self, _: kplug_sdk::Request) -> kplug_sdk::Outcome { kplug_sdk::Outcome::success() }
+/// #     async fn finalize(&self, _: kplug_sdk::Request) -> kplug_sdk::Outcome { kplug_sdk::Outcome::success() }
+/// # }
+/// use kplug_sdk::{ApiRef, Config, PluginInfo};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kplug_sdk::Error> {
+///     let info = PluginInfo::new("hello", ApiRef::new("example.com", "greetings", "v1"))
+///         .version(env!("CARGO_PKG_VERSION"))
+///         .implementation("Hello");
+///     kplug_sdk::serve(Hello, info, Config::default()).await
+/// }
+/// ```
+///
+/// # Errors
+///
+/// See [`Server::bind`] and [`Server::run`]; also [`Error::Signal`].
+pub async fn serve<P: Plugin>(plugin: P, info: PluginInfo, config: Config) -> Result<(), Error> {
+    // Installed before binding, so a signal during startup is not lost.
+    let shutdown = crate::shutdown_signal()?;
+    serve_with_shutdown(plugin, info, config, shutdown).await
+}
+
+/// Serves `plugin` until `shutdown` resolves, then shuts down gracefully;
+/// see [`Server::run`]. For tests and for plugins with their own notion of
+/// when to stop.
+///
+/// # Errors
+///
+/// See [`Server::bind`] and [`Server::run`].
+pub async fn serve_with_shutdown<P: Plugin>(
+    plugin: P,
+    info: PluginInfo,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    Server::bind(plugin, info, config)
+        .await?
+        .run(shutdown)
+        .await
+}
+
+/// A plugin bound to its address, ready to [`run`](Self::run).
+///
+/// [`serve`] does both steps; separately they let a caller learn the bound
+/// port (listening on port 0) before serving.
+pub struct Server<P> {
+    plugin: Arc<P>,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    info: PluginInfo,
+    heartbeater: Heartbeater,
+    drain_timeout: Duration,
+}
+
+impl<P> fmt::Debug for Server<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .field("info", &self.info)
+            .field("drain_timeout", &self.drain_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Plugin> Server<P> {
+    /// Binds `config.listen` and settles what the plugin will declare.
+    ///
+    /// The declared name is `config.name`, else `info.name`. The declared
+    /// address is `config.advertise`, else `info.address`, else the
+    /// listening address (with an unspecified IP such as `0.0.0.0` replaced
+    /// by loopback, which only kplug on the same host can reach). A missing
+    /// port or port 0 in it becomes the port actually bound. The
+    /// capabilities `Reconcile`, `Finalize` and `DryRun` are added.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRegistryAddress`], [`Error::ReadRegistryCa`],
+    /// [`Error::RegistryTls`] (e.g. an `https://` registry without a CA
+    /// file), [`Error::Bind`] and [`Error::InvalidAdvertiseAddress`].
+    pub async fn bind(plugin: P, mut info: PluginInfo, config: Config) -> Result<Self, Error> {
+        // Checked before binding: a plugin that cannot heartbeat is useless.
+        let registry_ca = match &config.registry_ca_file {
+            Some(path) => {
+                Some(
+                    tokio::fs::read(path)
+                        .await
+                        .map_err(|source| Error::ReadRegistryCa {
+                            path: path.clone(),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        heartbeat::endpoint(&config.registry, registry_ca.as_deref())?;
+        let bind_error = |source| Error::Bind {
+            address: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+
+        let advertise = config
+            .advertise
+            .or_else(|| (!info.address.is_empty()).then(|| info.address.clone()));
+        info.address = advertised_address(advertise.as_deref(), local_addr)?;
+        if let Some(name) = config.name {
+            info.name = name;
+        }
+        for capability in CAPABILITIES {
+            if !info.capabilities.iter().any(|c| c == capability) {
+                info.capabilities.push(capability.to_owned());
+            }
+        }
+        let mut heartbeater = Heartbeater::new(config.registry, info.clone());
+        if let Some(interval) = config.heartbeat_interval {
+            heartbeater = heartbeater.interval(interval);
+        }
+        if let Some(path) = config.token_file {
+            heartbeater = heartbeater.token_file(path);
+        }
+        if let Some(pem) = registry_ca {
+            heartbeater = heartbeater.registry_ca(pem);
+        }
+        Ok(Self {
+            plugin: Arc::new(plugin),
+            listener,
+            local_addr,
+            info,
+            heartbeater,
+            drain_timeout: config.drain_timeout,
+        })
+    }
+
+    /// The address the server listens on, with the real port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The declaration the heartbeats carry, including the advertised
+    /// address.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// Observes the heartbeats; see [`Heartbeater::status`].
+    pub fn heartbeat_status(&self) -> watch::Receiver<Status> {
+        self.heartbeater.status()
+    }
+
+    /// Serves the Plugin service and gRPC health, and heartbeats, until
+    /// `shutdown` resolves. Then, in this order: stops heartbeating and
+    /// deregisters, so kplug routes no new calls here; reports NOT_SERVING;
+    /// stops accepting connections and lets in-flight calls finish within
+    /// the drain timeout; returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Serve`] when the gRPC server fails, which also stops the
+    /// heartbeats. Calls still running when the drain timeout passes are
+    /// cancelled, which is not an error.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let span = info_span!("plugin", name = %self.info.name, address = %self.info.address);
+        self.run_inner(shutdown).instrument(span).await
+    }
+
+    async fn run_inner(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let Self {
+            plugin,
+            listener,
+            local_addr,
+            info,
+            heartbeater,
+            drain_timeout,
+        } = self;
+
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_service_status(SERVICE_NAME, ServingStatus::Serving)
+            .await;
+        let (cancel_calls, cancelled) = watch::channel(false);
+        let service = PluginServer::with_interceptor(Service { plugin, cancelled }, stamp_arrival);
+        let (drain, drained) = oneshot::channel::<()>();
+        let router = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(service);
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let mut server = AbortOnDropHandle::new(tokio::spawn(router.serve_with_incoming_shutdown(
+            incoming,
+            async {
+                let _ = drained.await;
+            },
+        )));
+        let (stop_heartbeats, heartbeats_stopped) = oneshot::channel::<()>();
+        let mut heartbeats = AbortOnDropHandle::new(tokio::spawn(
+            heartbeater
+                .run(async {
+                    let _ = heartbeats_stopped.await;
+                })
+                .in_current_span(),
+        ));
+        info!(%local_addr, address = %info.address, "serving");
+
+        // Either task ending on its own is a failure; shutdown proceeds
+        // without waiting for the one that ended.
+        let mut shutdown = pin!(shutdown);
+        let mut server_ended = None;
+        let mut heartbeats_ended = None;
+        tokio::select! {
+            () = &mut shutdown => info!("deregistering, then draining in-flight calls"),
+            ended = &mut server => server_ended = Some(ended),
+            ended = &mut heartbeats => heartbeats_ended = Some(ended),
+        }
+
+        // Deregister first: kplug stops routing new calls here, while the
+        // server still answers the ones already on their way.
+        let heartbeat_result = match heartbeats_ended {
+            Some(ended) => flatten(ended, |error| error),
+            None => {
+                let _ = stop_heartbeats.send(());
+                match tokio::time::timeout(DEREGISTER_WAIT, &mut heartbeats).await {
+                    Ok(ended) => flatten(ended, |error| error),
+                    Err(_) => {
+                        warn!("the heartbeat loop did not stop in time; abandoning it");
+                        Ok(())
+                    }
+                }
+            }
+        };
+        for name in [SERVICE_NAME, ""] {
+            health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+
+        let server_result = match server_ended {
+            Some(ended) => flatten(ended, Error::Serve),
+            None => {
+                let _ = drain.send(());
+                debug!(timeout = ?drain_timeout, "draining in-flight calls");
+                match tokio::time::timeout(drain_timeout, &mut server).await {
+                    Ok(ended) => flatten(ended, Error::Serve),
+                    Err(_) => {
+                        warn!(timeout = ?drain_timeout, "in-flight calls did not finish in time; cancelling them");
+                        // Cancelled calls answer UNAVAILABLE, which lets
+                        // their connections, and so the server, finish.
+                        cancel_calls.send_replace(true);
+                        match tokio::time::timeout(CANCEL_GRACE, &mut server).await {
+                            Ok(ended) => flatten(ended, Error::Serve),
+                            Err(_) => Ok(()),
+                        }
+                    }
+                }
+            }
+        };
+        info!("stopped");
+        server_result.and(heartbeat_result)
+    }
+}
+
+/// A task's outcome as the SDK's error: `wrap` for the task's own error,
+/// [`Error::Task`] for a panic.
+fn flatten<T, E>(
+    ended: Result<Result<T, E>, JoinError>,
+    wrap: impl FnOnce(E) -> Error,
+) -> Result<(), Error> {
+    match ended {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(wrap(error)),
+        Err(error) => Err(Error::Task(error)),
+    }
+}

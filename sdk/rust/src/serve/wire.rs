@@ -1,0 +1,157 @@
+//! Between the wire and the author: protobuf requests into [`Request`]s
+//! (rejecting what is not a JSON object), [`Outcome`]s into responses. Pure.
+
+use kplug_proto::v1alpha1 as proto;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::{Outcome, Request, Severity};
+
+/// The wire request as the author sees it; bad JSON is the caller's error,
+/// so the plugin is never called with it.
+pub(super) fn decode(
+    message: proto::ReconcileRequest,
+    deadline: Option<Instant>,
+) -> Result<Request, tonic::Status> {
+    let object = json_object("object", &message.object)?;
+    let extensions = message
+        .extensions
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| json_object(&format!("extensions[{i}]"), bytes))
+        .collect::<Result<_, _>>()?;
+    Ok(Request {
+        operation_id: message.operation_id,
+        trace_parent: None,
+        dry_run: message.dry_run,
+        object,
+        extensions,
+        deadline,
+    })
+}
+
+fn json_object(what: &str, bytes: &[u8]) -> Result<Value, tonic::Status> {
+    if bytes.is_empty() {
+        return Err(tonic::Status::invalid_argument(format!(
+            "{what} is empty; expected a Kubernetes object as JSON"
+        )));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|error| {
+        tonic::Status::invalid_argument(format!("{what} is not valid JSON: {error}"))
+    })?;
+    if !value.is_object() {
+        return Err(tonic::Status::invalid_argument(format!(
+            "{what} must be a JSON object, not {}",
+            json_kind(&value)
+        )));
+    }
+    Ok(value)
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The author's outcome on the wire.
+pub(super) fn encode(outcome: Outcome) -> Result<proto::ReconcileResponse, tonic::Status> {
+    // Serializing a `Value` cannot fail (its keys are strings), but the
+    // signature says it may, and a plugin must not panic over it.
+    let json = |value: &Value| {
+        serde_json::to_vec(value)
+            .map_err(|error| tonic::Status::internal(format!("cannot encode a status: {error}")))
+    };
+    let extension_statuses = outcome
+        .extension_statuses
+        .iter()
+        .map(|(reference, status)| {
+            Ok(proto::ExtensionStatus {
+                r#ref: Some(proto::ObjectReference {
+                    api_version: reference.api_version.clone(),
+                    kind: reference.kind.clone(),
+                    namespace: reference.namespace.clone(),
+                    name: reference.name.clone(),
+                }),
+                status: json(status)?,
+            })
+        })
+        .collect::<Result<_, tonic::Status>>()?;
+    Ok(proto::ReconcileResponse {
+        success: outcome.success,
+        results: outcome
+            .results
+            .into_iter()
+            .map(|result| proto::Result {
+                severity: match result.severity {
+                    Severity::Normal => proto::Severity::Normal,
+                    Severity::Warning => proto::Severity::Warning,
+                    Severity::Error => proto::Severity::Error,
+                }
+                .into(),
+                reason: result.reason,
+                message: result.message,
+            })
+            .collect(),
+        conditions: outcome
+            .conditions
+            .into_iter()
+            .map(|condition| proto::Condition {
+                r#type: condition.condition_type,
+                status: condition.status.as_str().to_owned(),
+                reason: condition.reason,
+                message: condition.message,
+            })
+            .collect(),
+        object_status: outcome
+            .object_status
+            .as_ref()
+            .map(json)
+            .transpose()?
+            .unwrap_or_default(),
+        extension_statuses,
+        // Only durations beyond what protobuf can carry fail; asking for a
+        // requeue that far away is asking for none.
+        requeue_after: outcome
+            .requeue_after
+            .and_then(|after| prost_types::Duration::try_from(after).ok()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_what_is_not_a_json_object() {
+        let bad = |object: &[u8]| {
+            let message = proto::ReconcileRequest {
+                object: object.to_vec().into(),
+                ..Default::default()
+            };
+            let status = decode(message, None).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            status.message().to_owned()
+        };
+        assert!(bad(b"").contains("empty"));
+        assert!(bad(b"{").contains("not valid JSON"));
+        assert!(bad(b"[1]").contains("not an array"));
+        assert!(bad(b"null").contains("not null"));
+
+        let message = proto::ReconcileRequest {
+            object: b"{}".to_vec().into(),
+            extensions: vec![b"{}".to_vec().into(), b"7".to_vec().into()],
+            ..Default::default()
+        };
+        let status = decode(message, None).unwrap_err();
+        assert_eq!(
+            status.message(),
+            "extensions[1] must be a JSON object, not a number"
+        );
+    }
+}
