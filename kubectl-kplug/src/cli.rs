@@ -235,12 +235,6 @@ pub enum ListFormat {
     Json,
 }
 
-/// Go-style durations (`30s`, `1m30s`), as kubectl takes them.
-fn duration(text: &str) -> Result<Duration, String> {
-    text.parse::<kube::core::Duration>()
-        .map(Duration::from)
-        .map_err(|e| format!("invalid duration {text:?}: {e}"))
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct ReconcileArgs {
@@ -266,7 +260,7 @@ pub struct ReconcileArgs {
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Format>,
     /// The plugin's deadline.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = kplug_proto::duration::parse)]
     pub timeout: Duration,
     /// Where objects list their extension references (as kplug-operator's flag).
     #[arg(long, default_value = "spec.extensions")]
