@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -28,6 +29,7 @@ pub struct StandaloneKplug {
     pub kubeconfig: PathBuf,
     /// kplug's stdout: the serving banner.
     pub stdout: Lines,
+    admin_files: OnceLock<(PathBuf, PathBuf)>,
 }
 
 impl StandaloneKplug {
@@ -83,6 +85,7 @@ impl StandaloneKplug {
             grpc,
             kubeconfig,
             stdout,
+            admin_files: OnceLock::new(),
         }
     }
 
@@ -186,15 +189,20 @@ impl StandaloneKplug {
         (field("client-certificate-data"), field("client-key-data"))
     }
 
-    /// Writes the admin client certificate and key out of the kubeconfig,
-    /// for curl; returns their paths (cert, key).
+    /// The admin client certificate and key out of the kubeconfig, written
+    /// once for curl (rewriting them per call raced with concurrent
+    /// curls reading them); returns their paths (cert, key).
     pub fn admin_credentials(&self) -> (PathBuf, PathBuf) {
-        let (cert_pem, key_pem) = self.admin_pem();
-        let cert = self.state.path().join("admin-test.crt");
-        let key = self.state.path().join("admin-test.key");
-        std::fs::write(&cert, cert_pem).expect("write the admin certificate");
-        std::fs::write(&key, key_pem).expect("write the admin key");
-        (cert, key)
+        self.admin_files
+            .get_or_init(|| {
+                let (cert_pem, key_pem) = self.admin_pem();
+                let cert = self.state.path().join("admin-test.crt");
+                let key = self.state.path().join("admin-test.key");
+                std::fs::write(&cert, cert_pem).expect("write the admin certificate");
+                std::fs::write(&key, key_pem).expect("write the admin key");
+                (cert, key)
+            })
+            .clone()
     }
 
     /// Starts the hello plugin (examples/hello-rust) heartbeating here every
