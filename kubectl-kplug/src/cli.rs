@@ -235,7 +235,6 @@ pub enum ListFormat {
     Json,
 }
 
-
 #[derive(Debug, Clone, Args)]
 pub struct ReconcileArgs {
     /// TYPE/NAME, or TYPE when NAME follows.

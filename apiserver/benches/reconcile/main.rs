@@ -39,21 +39,22 @@ mod route;
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kplug_test_support::measure::{CpuSnapshot, Latencies, own_cpu_time};
-use kplug_test_support::{repo_root, target_binary};
+use kplug_test_support::target_binary;
 use tokio::task::JoinSet;
 
 use payload::{PAYLOADS, Payload};
 use report::{LatencyRun, Report, ThroughputRun};
 use route::{Caller, Deployment, Route, check_routes, connect_plugin};
-use support::{ApiClient, STARTUP_TIMEOUT, Server, join_all, print_machine};
+use support::{
+    ApiClient, BASELINE_VARIABLE, STARTUP_TIMEOUT, Server, baseline_from_env, join_all,
+    print_machine,
+};
 
 /// Builds both binaries measured here.
 const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello";
@@ -107,32 +108,10 @@ pub const TARGET_SMALL_PER_SECOND: f64 = 5_000.0;
 /// The object's `metadata.name`; the plugin answers with a greeting for it.
 pub const OBJECT_NAME: &str = "bench-object";
 
-/// The earlier commit to measure beside the current build, if any.
-const BASELINE_VARIABLE: &str = "KPLUG_BASELINE";
-
-/// Builds (once) and locates kplug at `rev` with hack/baseline.sh.
-fn baseline_binary(rev: &str) -> Result<PathBuf> {
-    let output = Command::new(repo_root().join("hack/baseline.sh"))
-        .arg(rev)
-        .output()
-        .context("running hack/baseline.sh")?;
-    ensure!(
-        output.status.success(),
-        "hack/baseline.sh {rev} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(PathBuf::from(
-        String::from_utf8_lossy(&output.stdout).trim(),
-    ))
-}
-
 fn main() -> Result<()> {
     let server_binary = target_binary("kplug-apiserver", BUILD)?;
     let plugin_binary = target_binary("hello-plugin", BUILD)?;
-    let baseline = match std::env::var(BASELINE_VARIABLE) {
-        Ok(rev) if !rev.is_empty() => Some((baseline_binary(&rev)?, rev)),
-        _ => None,
-    };
+    let baseline = baseline_from_env()?;
     let payloads = PAYLOADS
         .iter()
         .map(Payload::new)

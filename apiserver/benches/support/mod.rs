@@ -292,10 +292,11 @@ pub fn baseline_from_env() -> Result<Option<(std::path::PathBuf, String)>> {
 
 /// Builds (once) and locates kplug at `rev` with hack/baseline.sh.
 pub fn baseline_binary(rev: &str) -> Result<std::path::PathBuf> {
-    let output = std::process::Command::new(kplug_test_support::repo_root().join("hack/baseline.sh"))
-        .arg(rev)
-        .output()
-        .context("running hack/baseline.sh")?;
+    let output =
+        std::process::Command::new(kplug_test_support::repo_root().join("hack/baseline.sh"))
+            .arg(rev)
+            .output()
+            .context("running hack/baseline.sh")?;
     ensure!(
         output.status.success(),
         "hack/baseline.sh {rev} failed: {}",

@@ -38,32 +38,28 @@ pub async fn list(
         return watcher::watch(state, options, repr);
     }
     let limit = options.limit.unwrap_or(usize::MAX);
-    let (snapshot, remaining) =
-        state
-            .registry
-            .list_up_to(options.start_after.as_deref(), limit, |p| {
-                options.selects(p)
-            });
-    check_not_too_large(options.resource_version, snapshot.resource_version)?;
+    let page = state
+        .registry
+        .page(options.start_after.as_deref(), limit, |p| {
+            options.selects(p)
+        });
+    check_not_too_large(options.resource_version, page.resource_version)?;
     let mut metadata = ListMeta {
-        resource_version: Some(snapshot.resource_version.to_string()),
+        resource_version: Some(page.resource_version.to_string()),
         ..ListMeta::default()
     };
-    if remaining > 0
-        && let Some(last) = snapshot.items.last()
+    if page.remaining > 0
+        && let Some(last) = &page.last_name
     {
-        metadata.continue_ = Some(encode_continue(
-            snapshot.resource_version,
-            last.object.name(),
-        ));
-        metadata.remaining_item_count = i64::try_from(remaining).ok();
+        metadata.continue_ = Some(encode_continue(page.resource_version, last));
+        metadata.remaining_item_count = i64::try_from(page.remaining).ok();
     }
     let writer = match repr {
-        Representation::Json => ListWriter::json(&metadata, snapshot.items),
+        Representation::Json => ListWriter::json(&metadata, page.rows),
         Representation::Table(version) => ListWriter::table(
             TableWriter::new(version, options.include_object, Timestamp::now()),
             &metadata,
-            snapshot.items,
+            page.rows,
         ),
     }
     .map_err(encoding_error)?;

@@ -271,6 +271,27 @@ fn list_is_ordered_filtered_and_pages_after_a_name() {
 }
 
 #[test]
+fn pages_stop_at_the_limit_and_count_the_rest() {
+    let registry = Registry::new(config());
+    for name in ["c", "a", "d", "b"] {
+        registry
+            .heartbeat(declaration(name), t0())
+            .expect("accepted");
+    }
+    let page = registry.page(Some("a"), 2, |p| p.name() != "c");
+    assert_eq!(page.rows.len(), 2);
+    assert_eq!(page.last_name.as_deref(), Some("d"));
+    assert_eq!(page.remaining, 0);
+    let page = registry.page(None, 1, |_| true);
+    assert_eq!(page.last_name.as_deref(), Some("a"));
+    assert_eq!(page.remaining, 3);
+    assert_eq!(page.resource_version, 4);
+    let listed = registry.get_listed("a").expect("listed");
+    assert_eq!(page.rows[0].encoded.json(), listed.encoded.json());
+    assert_eq!(page.rows[0].last_seen, t0());
+}
+
+#[test]
 fn watches_resume_from_history_and_expire_beyond_it() {
     let registry = Registry::new(config()); // history of 4
     for name in ["a", "b", "c"] {

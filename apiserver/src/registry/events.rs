@@ -1,0 +1,116 @@
+//! Change events and watches: what changed, in resourceVersion order, live
+//! through a broadcast channel and replayed out of the history.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use super::history::Expired;
+use super::{Encoded, Registry};
+use crate::v1alpha1::Plugin;
+
+/// The type of a change event, as in a Kubernetes watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// The name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change to the registry.
+#[derive(Debug)]
+pub struct Event {
+    pub event_type: EventType,
+    pub resource_version: u64,
+    pub object: Arc<Plugin>,
+    /// `object`'s wire forms.
+    pub encoded: Arc<Encoded>,
+    /// The object before a MODIFIED change, so that filtered watches can
+    /// turn a change that leaves or enters their selection into DELETED or ADDED.
+    pub previous: Option<Arc<Plugin>>,
+}
+
+/// A consistent start for a watch: the events to send first, then the live feed.
+pub struct WatchStart {
+    pub initial: Vec<Arc<Event>>,
+    pub resource_version: u64,
+    pub feed: broadcast::Receiver<Arc<Event>>,
+}
+
+/// Why a watch cannot start where it was asked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    #[error("too old resource version: {requested} ({oldest})")]
+    Expired { requested: u64, oldest: u64 },
+    #[error("too large resource version: {requested}, current: {current}")]
+    TooLarge { requested: u64, current: u64 },
+}
+
+impl Registry {
+    /// Every change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
+    }
+
+    /// Starts a watch. `since: None` sends every live plugin as ADDED first;
+    /// `Some(rv)` replays the retained events after `rv`.
+    pub fn watch(&self, since: Option<u64>) -> Result<WatchStart, WatchError> {
+        let state = self.state.read();
+        // Subscribing under the read lock means no event can fall between
+        // the initial events and the feed.
+        let feed = self.events.subscribe();
+        let current = state.resource_version;
+        let initial = match since {
+            None => state
+                .plugins
+                .values()
+                .map(|e| {
+                    Arc::new(Event {
+                        event_type: EventType::Added,
+                        resource_version: e
+                            .object
+                            .metadata
+                            .resource_version
+                            .as_deref()
+                            .and_then(|rv| rv.parse().ok())
+                            .unwrap_or(current),
+                        object: e.object.clone(),
+                        encoded: e.encoded.clone(),
+                        previous: None,
+                    })
+                })
+                .collect(),
+            Some(requested) if requested > current => {
+                return Err(WatchError::TooLarge { requested, current });
+            }
+            Some(requested) => state
+                .history
+                .since(requested)
+                .map_err(|Expired { oldest }| WatchError::Expired { requested, oldest })?,
+        };
+        Ok(WatchStart {
+            initial,
+            resource_version: current,
+            feed,
+        })
+    }
+
+    /// Records a change and tells every watcher.
+    pub(super) fn publish(&self, state: &mut super::State, event: Event) {
+        let event = Arc::new(event);
+        state.history.push(event.clone());
+        // An error only means that nobody is watching.
+        let _ = self.events.send(event);
+    }
+}

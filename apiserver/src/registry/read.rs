@@ -1,0 +1,151 @@
+//! Reads of the live registry: one object, a consistent page, counts.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use jiff::Timestamp;
+
+use super::{Encoded, Registry};
+use crate::v1alpha1::Plugin;
+
+/// A consistent page of the registry.
+pub struct Snapshot {
+    pub resource_version: u64,
+    pub items: Vec<Listed>,
+}
+
+/// A plugin in a [`Snapshot`].
+pub struct Listed {
+    pub object: Arc<Plugin>,
+    /// `object`'s wire forms.
+    pub encoded: Arc<Encoded>,
+    /// The real time of the last heartbeat, finer than `status.lastHeartbeatTime`.
+    pub last_seen: Timestamp,
+}
+
+/// One plugin of a [`Page`]: its wire forms and its last heartbeat.
+pub struct Row {
+    pub encoded: Arc<Encoded>,
+    /// The real time of the last heartbeat, finer than `status.lastHeartbeatTime`.
+    pub last_seen: Timestamp,
+}
+
+/// A consistent page of the registry, for list responses.
+pub struct Page {
+    pub resource_version: u64,
+    pub rows: Vec<Row>,
+    /// The name of the last row, where the next page starts.
+    pub last_name: Option<String>,
+    /// How many more plugins match after this page.
+    pub remaining: usize,
+}
+
+/// How many plugins are registered, by readiness, and how many expired
+/// since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    pub ready: usize,
+    pub not_ready: usize,
+    pub expired: u64,
+}
+
+impl Registry {
+    /// The plugin named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.state
+            .read()
+            .plugins
+            .get(name)
+            .map(|e| e.object.clone())
+    }
+
+    /// The plugin named `name` with its wire forms and when it last
+    /// heartbeated, read together.
+    pub fn get_listed(&self, name: &str) -> Option<Listed> {
+        self.state.read().plugins.get(name).map(|e| e.listed())
+    }
+
+    /// When the plugin named `name` last heartbeated (not rounded to the
+    /// status refresh interval).
+    pub fn last_seen(&self, name: &str) -> Option<Timestamp> {
+        self.state.read().plugins.get(name).map(|e| e.last_seen())
+    }
+
+    /// Plugins in name order, after `start_after` when given, that match `filter`.
+    pub fn list(&self, start_after: Option<&str>, filter: impl Fn(&Plugin) -> bool) -> Snapshot {
+        let state = self.state.read();
+        let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
+        let items = state
+            .plugins
+            .range::<str, _>((lower, Bound::Unbounded))
+            .filter(|(_, e)| filter(&e.object))
+            .map(|(_, e)| e.listed())
+            .collect();
+        Snapshot {
+            resource_version: state.resource_version,
+            items,
+        }
+    }
+
+    /// Like [`Registry::list`], but at most `limit` plugins, and only what a
+    /// list response needs: it touches neither the objects nor the rest of
+    /// the matches beyond counting them.
+    pub fn page(
+        &self,
+        start_after: Option<&str>,
+        limit: usize,
+        filter: impl Fn(&Plugin) -> bool,
+    ) -> Page {
+        let state = self.state.read();
+        let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut matching = state
+            .plugins
+            .range::<str, _>((lower, Bound::Unbounded))
+            .filter(|(_, e)| filter(&e.object));
+        let mut last_name = None;
+        let rows = matching
+            .by_ref()
+            .take(limit)
+            .map(|(name, e)| {
+                last_name = Some(name);
+                Row {
+                    encoded: e.encoded.clone(),
+                    last_seen: e.last_seen(),
+                }
+            })
+            .collect();
+        Page {
+            resource_version: state.resource_version,
+            rows,
+            last_name: last_name.cloned(),
+            remaining: matching.count(),
+        }
+    }
+
+    /// Number of live registrations.
+    pub fn len(&self) -> usize {
+        self.state.read().plugins.len()
+    }
+
+    /// True when no plugin is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counts by readiness, for metrics.
+    pub fn census(&self) -> Census {
+        let state = self.state.read();
+        let ready = state.plugins.values().filter(|e| e.lifecycle.ready).count();
+        Census {
+            ready,
+            not_ready: state.plugins.len() - ready,
+            expired: self.expired.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.state.read().resource_version
+    }
+}
