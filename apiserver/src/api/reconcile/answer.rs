@@ -1,0 +1,269 @@
+//! The `201` answer: the request with `status` filled in from the plugin's
+//! reply, written once into one buffer. The object and extensions are
+//! copied from the request body as they were sent; the rest is written by
+//! serde_json field by field, in the order and form that serializing
+//! `kplug_api::v1alpha1::Reconcile` gives (a test holds the two equal).
+
+use std::time::Duration;
+
+use kplug_proto::v1alpha1 as proto;
+use serde::Serialize;
+
+use super::decode::Request;
+use crate::api::status::ApiError;
+use crate::v1alpha1::{
+    API_VERSION, ExtensionStatus, ObjectRef, Plugin, PluginRef, Reconcile, ReconcileResult,
+    ReconcileStatus, ResultCondition, Selection,
+};
+
+/// Room for everything but the object and extensions: the envelope and a
+/// typical status, so that the buffer is allocated once.
+const ANSWER_OVERHEAD: usize = 1024;
+
+fn parse_json(
+    plugin: &str,
+    what: &str,
+    bytes: &[u8],
+) -> Result<Option<serde_json::Value>, ApiError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes).map(Some).map_err(|e| {
+        ApiError::Internal(format!(
+            "plugin {plugin} returned invalid JSON for {what}: {e}"
+        ))
+    })
+}
+
+fn severity(value: i32) -> &'static str {
+    match proto::Severity::try_from(value) {
+        Ok(proto::Severity::Warning) => "Warning",
+        Ok(proto::Severity::Error) => "Error",
+        _ => "Normal",
+    }
+}
+
+/// The status from the plugin's reply.
+pub fn status(
+    plugin: &Plugin,
+    selection: Selection,
+    operation_id: String,
+    elapsed: Duration,
+    answer: proto::ReconcileResponse,
+) -> Result<ReconcileStatus, ApiError> {
+    let name = plugin.name();
+    let extension_statuses = answer
+        .extension_statuses
+        .into_iter()
+        .map(|e| {
+            let reference = e.r#ref.unwrap_or_default();
+            Ok(ExtensionStatus {
+                reference: ObjectRef {
+                    api_version: reference.api_version,
+                    kind: reference.kind,
+                    namespace: reference.namespace,
+                    name: reference.name,
+                },
+                status: parse_json(name, "an extension status", &e.status)?.unwrap_or_default(),
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(ReconcileStatus {
+        plugin: PluginRef {
+            name: name.to_owned(),
+            version: plugin.spec.version.clone(),
+            implementation: plugin.spec.implementation.clone(),
+        },
+        selection,
+        success: answer.success,
+        results: answer
+            .results
+            .into_iter()
+            .map(|r| ReconcileResult {
+                severity: severity(r.severity).to_owned(),
+                reason: r.reason,
+                message: r.message,
+            })
+            .collect(),
+        conditions: answer
+            .conditions
+            .into_iter()
+            .map(|c| ResultCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        object_status: parse_json(name, "the object status", &answer.object_status)?,
+        extension_statuses,
+        requeue_after_seconds: answer
+            .requeue_after
+            .and_then(|d| Duration::try_from(d).ok())
+            .map(|d| d.as_secs_f64()),
+        operation_id,
+        duration_milliseconds: elapsed.as_secs_f64() * 1000.0,
+    })
+}
+
+/// Writes the fields of one JSON object, with commas between them.
+struct Fields<'w> {
+    out: &'w mut Vec<u8>,
+    first: bool,
+}
+
+impl<'w> Fields<'w> {
+    fn open(out: &'w mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, first: true }
+    }
+
+    /// `name` is one of this file's literals, which need no escaping.
+    fn name(&mut self, name: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn value(&mut self, name: &str, value: &impl Serialize) -> Result<(), serde_json::Error> {
+        self.name(name);
+        serde_json::to_writer(&mut *self.out, value)
+    }
+
+    fn optional(
+        &mut self,
+        name: &str,
+        value: Option<&impl Serialize>,
+    ) -> Result<(), serde_json::Error> {
+        match value {
+            Some(value) => self.value(name, value),
+            None => Ok(()),
+        }
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// The answer's body: `request` as received, with `status`.
+pub fn body(request: &Request<'_>, status: &ReconcileStatus) -> Result<Vec<u8>, serde_json::Error> {
+    let spec = &request.spec;
+    let objects = spec.object.iter().chain(&spec.extensions);
+    let mut out =
+        Vec::with_capacity(ANSWER_OVERHEAD + objects.map(|o| o.raw.len() + 1).sum::<usize>());
+    let mut fields = Fields::open(&mut out);
+    fields.value("apiVersion", &API_VERSION)?;
+    fields.value("kind", &Reconcile::KIND)?;
+    fields.value("metadata", &request.metadata)?;
+    fields.name("spec");
+    {
+        let mut inner = Fields::open(&mut *fields.out);
+        inner.optional("operation", spec.operation.as_ref())?;
+        inner.value("dryRun", &spec.dry_run)?;
+        inner.optional("timeoutSeconds", spec.timeout_seconds.as_ref())?;
+        if let Some(object) = &spec.object {
+            inner.name("object");
+            inner.out.extend_from_slice(object.raw);
+        }
+        if !spec.extensions.is_empty() {
+            inner.name("extensions");
+            inner.out.push(b'[');
+            for (i, extension) in spec.extensions.iter().enumerate() {
+                if i > 0 {
+                    inner.out.push(b',');
+                }
+                inner.out.extend_from_slice(extension.raw);
+            }
+            inner.out.push(b']');
+        }
+        inner.optional("api", spec.api.as_ref())?;
+        inner.optional(
+            "preferredImplementation",
+            spec.preferred_implementation.as_ref(),
+        )?;
+        inner.optional(
+            "requiredImplementation",
+            spec.required_implementation.as_ref(),
+        )?;
+        inner.optional("plugin", spec.plugin.as_ref())?;
+        inner.close();
+    }
+    fields.value("status", status)?;
+    fields.close();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode;
+    use super::*;
+    use crate::v1alpha1::SelectionReason;
+
+    fn sample_status() -> ReconcileStatus {
+        ReconcileStatus {
+            plugin: PluginRef {
+                name: "hello".to_owned(),
+                version: "1.0.0".to_owned(),
+                implementation: "Hello \"quoted\"".to_owned(),
+            },
+            selection: Selection {
+                reason: SelectionReason::Fallback,
+                message: "no preference".to_owned(),
+            },
+            success: true,
+            results: vec![ReconcileResult {
+                severity: "Normal".to_owned(),
+                reason: "Greeted".to_owned(),
+                message: "hello, w\u{f6}rld\n".to_owned(),
+            }],
+            object_status: Some(serde_json::json!({"b": 1, "a": [null, 2.5]})),
+            requeue_after_seconds: Some(1.5),
+            operation_id: "0b0e2f3c-1a2b-4c5d-8e9f-a0b1c2d3e4f5".to_owned(),
+            duration_milliseconds: 1.25,
+            ..ReconcileStatus::default()
+        }
+    }
+
+    /// What kplug answered before: the request decoded into `Reconcile`,
+    /// with the status set, serialized by serde_json.
+    fn serde_answer(body: &str, status: &ReconcileStatus) -> String {
+        let mut reconcile: Reconcile = serde_json::from_str(body).expect("serde decodes it");
+        reconcile.status = Some(status.clone());
+        reconcile.api_version = API_VERSION.to_owned();
+        reconcile.kind = Reconcile::KIND.to_owned();
+        serde_json::to_string(&reconcile).expect("serializes")
+    }
+
+    #[test]
+    fn the_answer_is_what_serializing_a_reconcile_gave() {
+        let bodies = [
+            r#"{"spec":{"object":{"apiVersion":"v1","kind":"X","metadata":{"name":"a"}}}}"#,
+            r#"{"apiVersion":"plugins.kplug.io/v1alpha1","kind":"Reconcile",
+                "metadata":{"name":"r","labels":{"a":"b"},"annotations":{"x":"y\u00e9"}},
+                "spec":{"operation":"Finalize","dryRun":true,"timeoutSeconds":7,
+                  "object": { "apiVersion" : "v1", "kind":"X","metadata":{"name":"a"},
+                    "spec":{"n":123456789012345678901234567890.000000000000000000001,"s":"\u00e9\n"}} ,
+                  "extensions":[{"apiVersion":"v1","kind":"E","metadata":{"name":"e"}}, {"b":[1, 2]}],
+                  "api":{"group":"g","resource":"r"},"preferredImplementation":"P",
+                  "requiredImplementation":"Q\"","plugin":"p"},
+                "status":null,"colour":"blue"}"#,
+            r#"{"spec":{"object":null,"extensions":[],"api":{"group":"g","resource":"r","version":"v2"}}}"#,
+            r#"{"spec":{}}"#,
+        ];
+        let status = sample_status();
+        for body in bodies {
+            let request = decode::request(body.as_bytes()).expect("decodes");
+            let ours = body_text(&request, &status);
+            assert_eq!(ours, serde_answer(body, &status), "{body}");
+        }
+    }
+
+    fn body_text(request: &Request<'_>, status: &ReconcileStatus) -> String {
+        String::from_utf8(super::body(request, status).expect("writes")).expect("UTF-8")
+    }
+}

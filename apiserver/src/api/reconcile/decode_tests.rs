@@ -1,0 +1,364 @@
+//! The one-pass decoder against what kplug did before: serde_json decoding
+//! into `Reconcile`, a second pass for unknown field names, and a third for
+//! each object's head. Table-driven: each case is a body and what it gives.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::v1alpha1::{Reconcile, ReconcileSpec};
+
+const OBJECT: &str = r#"{"apiVersion":"v1","kind":"X","metadata":{"name":"a"}}"#;
+
+fn body_with_spec(spec: &str) -> String {
+    format!(r#"{{"apiVersion":"plugins.kplug.io/v1alpha1","kind":"Reconcile","spec":{spec}}}"#)
+}
+
+/// The unknown field names the earlier second pass found.
+fn serde_unknown(body: &[u8]) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct FieldNames {
+        #[serde(default)]
+        spec: BTreeMap<String, IgnoredAny>,
+        #[serde(flatten)]
+        top: BTreeMap<String, IgnoredAny>,
+    }
+    let Ok(names) = serde_json::from_slice::<FieldNames>(body) else {
+        return Vec::new();
+    };
+    let top = names
+        .top
+        .into_keys()
+        .filter(|k| !Reconcile::FIELDS.contains(&k.as_str()));
+    let spec = names
+        .spec
+        .into_keys()
+        .filter(|k| !ReconcileSpec::FIELDS.contains(&k.as_str()))
+        .map(|k| format!("spec.{k}"));
+    top.chain(spec).collect()
+}
+
+/// The earlier third pass: an object's head, or `None` when unreadable.
+fn serde_head(raw: &[u8]) -> Option<(bool, bool, bool)> {
+    #[derive(Deserialize)]
+    struct ObjectHead {
+        #[serde(rename = "apiVersion")]
+        api_version: Option<String>,
+        kind: Option<String>,
+        #[serde(default)]
+        metadata: HeadMetadata,
+    }
+    #[derive(Default, Deserialize)]
+    struct HeadMetadata {
+        name: Option<String>,
+    }
+    let head = serde_json::from_slice::<ObjectHead>(raw).ok()?;
+    let present = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
+    Some((
+        present(&head.api_version),
+        present(&head.kind),
+        present(&head.metadata.name),
+    ))
+}
+
+/// Checks a body the earlier decoder accepted: same fields, same unknown
+/// names, same object heads, the object's exact bytes.
+fn same_as_serde(body: &str) -> Request<'_> {
+    let ours = request(body.as_bytes()).unwrap_or_else(|e| panic!("{body}: {e}"));
+    let theirs: Reconcile = serde_json::from_str(body).unwrap_or_else(|e| panic!("{body}: {e}"));
+    assert_eq!(ours.api_version, theirs.api_version, "{body}");
+    assert_eq!(ours.kind, theirs.kind, "{body}");
+    assert_eq!(ours.metadata, theirs.metadata, "{body}");
+    let (spec, their_spec) = (&ours.spec, &theirs.spec);
+    assert_eq!(spec.operation, their_spec.operation_name, "{body}");
+    assert_eq!(spec.dry_run, their_spec.dry_run, "{body}");
+    assert_eq!(spec.timeout_seconds, their_spec.timeout_seconds, "{body}");
+    assert_eq!(spec.api, their_spec.api, "{body}");
+    assert_eq!(spec.plugin, their_spec.plugin, "{body}");
+    assert_eq!(
+        (
+            &spec.preferred_implementation,
+            &spec.required_implementation
+        ),
+        (
+            &their_spec.preferred_implementation,
+            &their_spec.required_implementation
+        ),
+        "{body}"
+    );
+    let objects = spec.object.iter().chain(&spec.extensions);
+    let their_objects = their_spec.object.iter().chain(&their_spec.extensions);
+    assert_eq!(
+        objects.clone().count(),
+        their_objects.clone().count(),
+        "{body}"
+    );
+    for (object, theirs) in objects.zip(their_objects) {
+        assert_eq!(object.raw, theirs.get().as_bytes(), "{body}");
+        let head = object.head;
+        let expected = serde_head(object.raw);
+        assert_eq!(
+            head.readable
+                .then_some((head.api_version, head.kind, head.name)),
+            expected,
+            "head of {}",
+            String::from_utf8_lossy(object.raw)
+        );
+    }
+    assert_eq!(ours.unknown, serde_unknown(body.as_bytes()), "{body}");
+    ours
+}
+
+#[test]
+fn decodes_what_serde_decoded_and_finds_the_same_unknown_fields() {
+    let cases: &[(&str, &[&str])] = &[
+        (&body_with_spec(&format!(r#"{{"object":{OBJECT}}}"#)), &[]),
+        // Unknown fields at several depths: only the top level and spec
+        // are checked, as before; the object and spec.api are not.
+        (
+            r#"{"zeta":1,"spec":{"object":{"apiVersion":"v1","kind":"X","metadata":{"name":"a","colour":1},"deep":{"x":[{"y":2}]}},"api":{"group":"g","resource":"r","extra":true},"colour":"blue","alpha":[]},"beta":{"nested":{"unknown":1}}}"#,
+            &["beta", "zeta", "spec.alpha", "spec.colour"],
+        ),
+        // Repeated unknown fields are named once; escaped names decoded.
+        (
+            &body_with_spec(&format!(
+                r#"{{"object":{OBJECT},"c\u006flour":1,"colour":2,"colour":3}}"#
+            )),
+            &["spec.colour"],
+        ),
+        // Known names written with escapes are still known.
+        (
+            &format!(r#"{{"sp\u0065c":{{"obj\u0065ct":{OBJECT}}}}}"#),
+            &[],
+        ),
+        // Every field, whitespace everywhere, big numbers in the object.
+        (
+            r#" { "apiVersion" : "plugins.kplug.io/v1alpha1" , "kind" : "Reconcile" ,
+                "metadata" : { "name" : "r" , "labels" : { "a" : "b" } } ,
+                "spec" : { "operation" : "Finalize" , "dryRun" : true , "timeoutSeconds" : 9 ,
+                  "object" : { "apiVersion" : "v1" , "kind" : "X" , "metadata" : { "name" : "a" } ,
+                    "spec" : { "n" : 123456789012345678901234567890.000000000000000000001 ,
+                               "m" : -18446744073709551617 , "e" : 1E+400 } } ,
+                  "extensions" : [ { "apiVersion" : "v1" , "kind" : "E" , "metadata" : { "name" : "e" } } , { } , null , 7 ] ,
+                  "api" : { "group" : "g" , "resource" : "r" , "version" : "v1" } ,
+                  "preferredImplementation" : "P" , "requiredImplementation" : null , "plugin" : "p" } ,
+                "status" : null } "#,
+            &[],
+        ),
+        // Nulls for optional fields; no object at all.
+        (
+            &body_with_spec(r#"{"object":null,"operation":null,"timeoutSeconds":null}"#),
+            &[],
+        ),
+        (r#"{"spec":{}}"#, &[]),
+        // Non-ASCII text in strings and names.
+        (
+            &body_with_spec(
+                r#"{"object":{"apiVersion":"v1","kind":"Grüße","metadata":{"name":"名前"}},"größe":1}"#,
+            ),
+            &["spec.größe"],
+        ),
+    ];
+    for (body, unknown) in cases {
+        let decoded = same_as_serde(body);
+        assert_eq!(decoded.unknown, *unknown, "{body}");
+    }
+}
+
+#[test]
+fn reads_each_object_head_as_the_earlier_pass_did() {
+    // An object and its head: None when unreadable, else whether
+    // apiVersion, kind and metadata.name are there.
+    type Expected = Option<(bool, bool, bool)>;
+    let cases: &[(&str, Expected)] = &[
+        (OBJECT, Some((true, true, true))),
+        (r#"{}"#, Some((false, false, false))),
+        (
+            r#"{"apiVersion":"","kind":null,"metadata":{}}"#,
+            Some((false, false, false)),
+        ),
+        (
+            r#"{"metadata":{"name":"a","name2":1},"kind":"\u0000"}"#,
+            Some((false, true, true)),
+        ),
+        (
+            r#"{"spec":{"apiVersion":"v1"},"apiVersion":"v1"}"#,
+            Some((true, false, false)),
+        ),
+        // Head keys repeated: serde refused the head.
+        (r#"{"apiVersion":"v1","apiVersion":"v2"}"#, None),
+        (r#"{"kind":null,"kind":"X"}"#, None),
+        (r#"{"metadata":{},"metadata":{}}"#, None),
+        (r#"{"metadata":{"name":"a","name":"b"}}"#, None),
+        // Other keys repeated are fine.
+        (
+            r#"{"spec":1,"spec":2,"metadata":{"uid":1,"uid":2}}"#,
+            Some((false, false, false)),
+        ),
+        // Wrong types.
+        (r#"{"apiVersion":1}"#, None),
+        (r#"{"kind":{}}"#, None),
+        (r#"{"metadata":null}"#, None),
+        (r#"{"metadata":"a"}"#, None),
+        (r#"{"metadata":{"name":["a"]}}"#, None),
+        (r#""just a string""#, None),
+        ("42", None),
+        ("null", None),
+        // A key or value that does not decode to a string (lone surrogate).
+        (r#"{"kind":"\ud800"}"#, None),
+        (r#"{"\ud800":1}"#, None),
+        (r#"{"kind":"\ud83d\ude00"}"#, Some((false, true, false))),
+    ];
+    for (object, expected) in cases {
+        assert_eq!(serde_head(object.as_bytes()), *expected, "serde, {object}");
+        let body = body_with_spec(&format!(r#"{{"extensions":[{object}]}}"#));
+        let decoded = request(body.as_bytes()).unwrap_or_else(|e| panic!("{object}: {e}"));
+        let head = decoded.spec.extensions[0].head;
+        assert_eq!(
+            head.readable
+                .then_some((head.api_version, head.kind, head.name)),
+            *expected,
+            "{object}"
+        );
+        assert_eq!(decoded.spec.extensions[0].raw, object.as_bytes());
+    }
+}
+
+#[test]
+fn rejects_what_serde_rejected_with_the_same_message() {
+    let cases: &[&str] = &[
+        // Duplicate known fields, at the top and in spec.
+        r#"{"spec":{},"spec":{}}"#,
+        r#"{"kind":"Reconcile","spec":{},"kind":"Reconcile"}"#,
+        r#"{"spec":{"object":{},"object":{}}}"#,
+        r#"{"spec":{"plugin":"a","dryRun":false,"plugin":"b"}}"#,
+        // Missing spec.
+        r#"{"apiVersion":"plugins.kplug.io/v1alpha1"}"#,
+        "{\n  \"kind\": \"Reconcile\"\n}",
+        // Wrong types, decoded by serde from the field's slice.
+        r#"{"spec":{"dryRun":"yes"}}"#,
+        "{\"spec\":{\n\"timeoutSeconds\": 1.5}}",
+        r#"{"spec":{"timeoutSeconds":9223372036854775808}}"#,
+        r#"{"spec":{"operation":5}}"#,
+        r#"{"spec":{"api":{"group":1}}}"#,
+        r#"{"metadata":{"labels":[]},"spec":{}}"#,
+        r#"{"kind":null,"spec":{}}"#,
+        r#"{"spec":{},"status":{"success":true}}"#,
+        // Syntax, truncation and trailing characters.
+        "{not json",
+        "",
+        "   ",
+        r#"{"spec":{"object":{"a":1}}"#,
+        r#"{"spec":{"object":{"a":1}}}}"#,
+        r#"{"spec":{"object":{"a":01}}}"#,
+        r#"{"spec":{"object":{"a":"\x"}}}"#,
+        r#"{"spec":{"object":[1,]}}"#,
+        r#"{"spec":{}} {"spec":{}}"#,
+        // A key that does not decode, where serde decoded keys.
+        r#"{"\ud800":1,"spec":{}}"#,
+        r#"{"spec":{"\udfff":1}}"#,
+    ];
+    for body in cases {
+        let serde = serde_json::from_str::<Reconcile>(body).expect_err(body);
+        let ours = request(body.as_bytes()).expect_err(body);
+        assert_eq!(ours.to_string(), serde.to_string(), "{body}");
+    }
+}
+
+#[test]
+fn rejects_more_than_serde_only_where_documented() {
+    let cases: &[(&[u8], &str)] = &[
+        // Structs written as arrays, which serde read by position.
+        (
+            br#"["plugins.kplug.io/v1alpha1","Reconcile",{},{}]"#,
+            "invalid type: sequence, expected struct Reconcile at line 1 column 1",
+        ),
+        (
+            br#"{"spec":["Reconcile"]}"#,
+            "invalid type: sequence, expected struct ReconcileSpec at line 1 column 9",
+        ),
+        // Invalid UTF-8 in a value kplug ignores.
+        (
+            b"{\"spec\":{},\"colour\":\"\xff\"}",
+            "invalid unicode code point at line 1 column 22",
+        ),
+        (
+            b"{\"spec\":{\"x\":{\"y\":\"\xc3\"}}}",
+            "invalid unicode code point at line 1 column 20",
+        ),
+    ];
+    for (body, message) in cases {
+        let error = request(body).expect_err(&String::from_utf8_lossy(body));
+        assert_eq!(error.to_string(), *message);
+    }
+    // Where serde read the array, the head of an object is now unreadable
+    // (its metadata is not an object).
+    let body = body_with_spec(r#"{"object":{"apiVersion":"v1","kind":"X","metadata":["a"]}}"#);
+    let decoded = request(body.as_bytes()).expect("decodes");
+    assert!(decoded.spec.object.is_some_and(|o| !o.head.readable));
+}
+
+#[test]
+fn invalid_utf8_anywhere_serde_looked_is_still_rejected() {
+    let cases: &[&[u8]] = &[
+        b"{\"spec\":{\"object\":{\"kind\":\"\xff\"}}}",
+        b"{\"spec\":{\"object\":{\"a\":\"ok\",\"b\":\"\xe2\x82\"}}}",
+        b"{\"spec\":{\"plugin\":\"\xc0\x80\"}}",
+        b"{\"k\xffnd\":1,\"spec\":{}}",
+        b"{\"spec\":{\"extensions\":[{\"s\":\"\xed\xa0\x80\"}]}}",
+    ];
+    for body in cases {
+        assert!(serde_json::from_slice::<Reconcile>(body).is_err());
+        let error = request(body).expect_err(&String::from_utf8_lossy(body));
+        assert!(
+            matches!(error.reason, Reason::InvalidUnicode | Reason::Field(_)),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn every_truncation_of_a_valid_body_is_rejected() {
+    let body = body_with_spec(&format!(
+        r#"{{"operation":"Reconcile","timeoutSeconds":30,"object":{{"apiVersion":"v1","kind":"X","metadata":{{"name":"a\"b"}},"spec":{{"n":-1.5e-7,"t":true,"f":false,"z":null,"s":"\u00e9é"}}}},"extensions":[{OBJECT}],"api":{{"group":"g","resource":"r"}}}}"#
+    ));
+    same_as_serde(&body);
+    for end in 0..body.len() {
+        let prefix = &body.as_bytes()[..end];
+        assert!(
+            request(prefix).is_err(),
+            "accepted {}",
+            String::from_utf8_lossy(prefix)
+        );
+        // Never a position past the end.
+        let error = request(prefix).expect_err("truncated");
+        assert!(
+            error.line == 1 && error.column <= end.max(1),
+            "{error} for {end}"
+        );
+    }
+}
+
+#[test]
+fn numbers_beyond_64_bits_pass_through_exactly() {
+    for number in [
+        "123456789012345678901234567890.000000000000000000001",
+        "-18446744073709551616",
+        "18446744073709551616",
+        "1e400",
+        "-0.0000000000000000000000000000000000001E-999",
+        "0",
+    ] {
+        let object = format!(
+            r#"{{"apiVersion":"v1","kind":"X","metadata":{{"name":"a"}},"spec":{{"n":{number},"list":[{number}]}}}}"#
+        );
+        let body = body_with_spec(&format!(r#"{{"object":{object}}}"#));
+        let decoded = request(body.as_bytes()).expect("decodes");
+        assert_eq!(
+            decoded.spec.object.map(|o| o.raw),
+            Some(object.as_bytes()),
+            "{number}"
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! Delegation: `plugins/{name}/reconcile` and `reconciles`, which forward a
+//! Reconcile to a plugin over gRPC and answer with its outcome.
+//!
+//! The body is read once ([`decode`], over [`scan`]): the object and its
+//! extensions travel to the plugin and back into the answer ([`answer`]) as
+//! slices of the request's buffer.
+
+mod answer;
+mod decode;
+mod scan;
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kplug_proto::trace::{TRACEPARENT, TraceParent};
+use kplug_proto::v1alpha1 as proto;
+use serde::Deserialize;
+use tracing::Instrument;
+
+use super::AppState;
+use super::status::ApiError;
+use crate::proxy::ProxyError;
+use crate::registry::{Implementation, SelectError};
+use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
+use decode::{Object, Request, Spec};
+
+/// Query parameters of a create.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateQuery {
+    dry_run: Option<String>,
+    field_validation: Option<String>,
+}
+
+/// What to do with fields this server does not know (`?fieldValidation=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// Limits of reconcile requests.
+#[derive(Clone, Debug)]
+pub struct ReconcileSettings {
+    /// Used when a request sets no `spec.timeoutSeconds`.
+    pub default_timeout: Duration,
+    /// The largest `spec.timeoutSeconds` accepted.
+    pub max_timeout: Duration,
+    /// Larger bodies get `413`.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(300),
+            max_body_bytes: 3 << 20,
+        }
+    }
+}
+
+/// Retry-After for a plugin that is not Ready or unreachable: about one
+/// heartbeat interval, when a new registration may have arrived.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::Invalid {
+        name: String::new(),
+        message: format!("Reconcile.plugins.kplug.io is invalid: {field}: {message}"),
+        causes: vec![(field.to_owned(), message)],
+    }
+}
+
+/// A request body accepted for decoding, and what the query asks of it.
+struct Received {
+    body: Bytes,
+    validation: FieldValidation,
+    dry_run: Option<String>,
+}
+
+/// Checks what comes before the body's contents: the query, the body's
+/// size and its media type.
+fn receive(
+    headers: &HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+    max_body_bytes: usize,
+) -> Result<Received, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::RequestEntityTooLarge(max_body_bytes),
+        _ => ApiError::BadRequest(e.body_text()),
+    })?;
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let essence = content_type
+            .to_str()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if essence != "application/json" {
+            return Err(ApiError::UnsupportedMediaType(
+                "application/json".to_owned(),
+            ));
+        }
+    }
+    let validation = match query.field_validation.as_deref() {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some("Strict") => FieldValidation::Strict,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
+            )));
+        }
+    };
+    Ok(Received {
+        body,
+        validation,
+        dry_run: query.dry_run,
+    })
+}
+
+impl Received {
+    /// Decodes the body (one pass); returns the request and its warnings.
+    fn decode(&self) -> Result<(Request<'_>, Vec<String>), ApiError> {
+        let mut request = decode::request(&self.body)
+            .map_err(|e| ApiError::BadRequest(format!("decoding the Reconcile: {e}")))?;
+        let unknown = std::mem::take(&mut request.unknown);
+        let warnings = match self.validation {
+            FieldValidation::Strict if !unknown.is_empty() => {
+                return Err(ApiError::BadRequest(format!(
+                    "strict decoding error: {}",
+                    unknown
+                        .iter()
+                        .map(|f| format!("unknown field {f:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            FieldValidation::Warn => unknown
+                .iter()
+                .map(|f| format!("unknown field {f:?}"))
+                .collect(),
+            _ => Vec::new(),
+        };
+        match self.dry_run.as_deref() {
+            None | Some("") => {}
+            Some("All") => request.spec.dry_run = true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                )));
+            }
+        }
+        Ok((request, warnings))
+    }
+}
+
+/// Checks that `value` is a Kubernetes object with apiVersion, kind and a name.
+fn check_object(field: &str, value: Option<&Object<'_>>) -> Result<(), ApiError> {
+    let head = value
+        .map(|object| object.head)
+        .filter(|head| head.readable)
+        .ok_or_else(|| invalid(field, "Required value: a Kubernetes object"))?;
+    if !head.api_version {
+        return Err(invalid(&format!("{field}.apiVersion"), "Required value"));
+    }
+    if !head.kind {
+        return Err(invalid(&format!("{field}.kind"), "Required value"));
+    }
+    if !head.name {
+        return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
+    }
+    Ok(())
+}
+
+/// The operation asked for; `Err` holds an unsupported name.
+fn operation(spec: &Spec<'_>) -> Result<Operation, ApiError> {
+    match spec.operation.as_deref() {
+        None | Some("Reconcile") => Ok(Operation::Reconcile),
+        Some("Finalize") => Ok(Operation::Finalize),
+        Some(name) => Err(invalid(
+            "spec.operation",
+            format!("Unsupported value: {name:?}: supported values: \"Reconcile\", \"Finalize\""),
+        )),
+    }
+}
+
+/// Checks the request; returns its operation and deadline.
+fn validate(
+    request: &Request<'_>,
+    settings: &ReconcileSettings,
+) -> Result<(Operation, Duration), ApiError> {
+    if !request.api_version.is_empty() && request.api_version != API_VERSION {
+        return Err(ApiError::BadRequest(format!(
+            "apiVersion {:?} is not {API_VERSION}",
+            request.api_version
+        )));
+    }
+    if !request.kind.is_empty() && request.kind != Reconcile::KIND {
+        return Err(ApiError::BadRequest(format!(
+            "kind {:?} is not {}",
+            request.kind,
+            Reconcile::KIND
+        )));
+    }
+    let spec = &request.spec;
+    let operation = operation(spec)?;
+    check_object("spec.object", spec.object.as_ref())?;
+    for (i, extension) in spec.extensions.iter().enumerate() {
+        check_object(&format!("spec.extensions[{i}]"), Some(extension))?;
+    }
+    let max = settings.max_timeout.as_secs();
+    let timeout = match spec.timeout_seconds {
+        None => Ok(settings.default_timeout),
+        Some(seconds) => match u64::try_from(seconds) {
+            Ok(s) if (1..=max).contains(&s) => Ok(Duration::from_secs(s)),
+            _ => Err(invalid(
+                "spec.timeoutSeconds",
+                format!("Invalid value: {seconds}: must be between 1 and {max}"),
+            )),
+        },
+    }?;
+    Ok((operation, timeout))
+}
+
+fn select_error(error: SelectError) -> ApiError {
+    match error {
+        SelectError::NotFound(name) => ApiError::plugin_not_found(&name),
+        SelectError::WrongApi { .. } => invalid("spec.api", error.to_string()),
+        SelectError::NotReady { .. }
+        | SelectError::NoneReady(_)
+        | SelectError::NoneReadyOfImplementation { .. } => ApiError::ServiceUnavailable {
+            message: error.to_string(),
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+    }
+}
+
+fn proxy_error(error: ProxyError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        ProxyError::Busy { .. } => ApiError::TooManyRequests {
+            message,
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+        ProxyError::Unavailable { .. } => ApiError::ServiceUnavailable {
+            message,
+            retry_after: RETRY_AFTER_SECONDS,
+        },
+        ProxyError::DeadlineExceeded { .. } => ApiError::Timeout(message),
+        ProxyError::Rejected { .. } => invalid("spec.object", message),
+        ProxyError::Unimplemented { .. } => ApiError::BadRequest(message),
+        ProxyError::Failed { .. } | ProxyError::InvalidAddress { .. } => {
+            ApiError::Internal(message)
+        }
+    }
+}
+
+fn check_capability(plugin: &Plugin, operation: Operation, dry_run: bool) -> Result<(), ApiError> {
+    let capabilities = &plugin.spec.protocol.capabilities;
+    // A plugin that declares no capabilities is assumed to handle everything.
+    if capabilities.is_empty() {
+        return Ok(());
+    }
+    let needed = [Some(operation.as_str()), dry_run.then_some("DryRun")];
+    for capability in needed.into_iter().flatten() {
+        if !capabilities.iter().any(|c| c == capability) {
+            return Err(ApiError::BadRequest(format!(
+                "plugin {} does not support {capability} (it declares: {})",
+                plugin.name(),
+                capabilities.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The caller's trace context; a malformed one is ignored, as the W3C
+/// specification asks, and a new trace starts.
+fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
+    let value = headers.get(TRACEPARENT)?.to_str().ok()?;
+    value
+        .parse()
+        .inspect_err(|error| tracing::debug!(%error, value, "ignoring the traceparent header"))
+        .ok()
+}
+
+/// Selects the plugin, calls it and renders the `201` answer. `body` is
+/// the buffer `request` was decoded from: the object and extensions go to
+/// the plugin as slices of it, without a copy.
+async fn delegate(
+    state: AppState,
+    body: &Bytes,
+    request: Request<'_>,
+    warnings: Vec<String>,
+    pinned: Option<&str>,
+    trace: Option<TraceParent>,
+) -> Result<Response, ApiError> {
+    let (operation, timeout) = validate(&request, &state.reconcile)?;
+    let spec = &request.spec;
+    let (plugin, selection) = state
+        .registry
+        .select(
+            spec.api.as_ref(),
+            Implementation::from_spec(
+                spec.required_implementation.as_deref(),
+                spec.preferred_implementation.as_deref(),
+            ),
+            pinned.or(spec.plugin.as_deref()),
+        )
+        .map_err(select_error)?;
+    check_capability(&plugin, operation, spec.dry_run)?;
+    let operation_id = uuid::Uuid::new_v4().to_string();
+    // Continue the caller's trace, or start one here; the plugin sees
+    // kplug's own span as its parent.
+    let trace = trace.unwrap_or_else(TraceParent::new_root).child();
+    // The decoder's slices lie within `body`, which slice_ref requires.
+    let share = |object: &Object<'_>| body.slice_ref(object.raw);
+    let grpc_request = proto::ReconcileRequest {
+        operation_id: operation_id.clone(),
+        dry_run: spec.dry_run,
+        object: spec.object.as_ref().map(share).unwrap_or_default(),
+        extensions: spec.extensions.iter().map(share).collect(),
+        timeout: prost_types::Duration::try_from(timeout).ok(),
+    };
+    let span = tracing::info_span!(
+        "reconcile",
+        plugin = %plugin.name(),
+        operation = operation.as_str(),
+        operation_id = %operation_id,
+        trace_id = %trace.trace_id(),
+    );
+    let started = Instant::now();
+    let answer = state
+        .proxy
+        .call(&plugin, operation, grpc_request, timeout, &trace)
+        .instrument(span.clone())
+        .await;
+    let elapsed = started.elapsed();
+    let answer = answer.map_err(|error| {
+        span.in_scope(|| tracing::warn!(%error, "reconcile failed"));
+        proxy_error(error)
+    })?;
+    span.in_scope(|| tracing::debug!(success = answer.success, ?elapsed, "reconciled"));
+    let status = answer::status(&plugin, selection, operation_id, elapsed, answer)?;
+    let body = answer::body(&request, &status)
+        .map_err(|e| ApiError::Internal(format!("encoding the response: {e}")))?;
+    let mut response = (
+        StatusCode::CREATED,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Bytes::from(body),
+    )
+        .into_response();
+    for warning in warnings {
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - {warning:?}")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `POST /apis/plugins.kplug.io/v1alpha1/plugins/{name}/reconcile`
+pub async fn subresource(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
+    let (request, warnings) = received.decode()?;
+    if let Some(pinned) = request.spec.plugin.as_deref()
+        && pinned != name
+    {
+        return Err(invalid(
+            "spec.plugin",
+            format!("Invalid value: {pinned:?}: must be empty or {name:?}, the plugin in the path"),
+        ));
+    }
+    delegate(
+        state,
+        &received.body,
+        request,
+        warnings,
+        Some(&name),
+        trace_parent(&headers),
+    )
+    .await
+}
+
+/// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the plugin.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
+    let (request, warnings) = received.decode()?;
+    if request.spec.plugin.is_none() {
+        match &request.spec.api {
+            None => {
+                return Err(invalid(
+                    "spec.api",
+                    "Required value: or name a plugin in spec.plugin",
+                ));
+            }
+            Some(api) if api.group.is_empty() => {
+                return Err(invalid("spec.api.group", "Required value"));
+            }
+            Some(api) if api.resource.is_empty() => {
+                return Err(invalid("spec.api.resource", "Required value"));
+            }
+            Some(_) => {}
+        }
+    }
+    delegate(
+        state,
+        &received.body,
+        request,
+        warnings,
+        None,
+        trace_parent(&headers),
+    )
+    .await
+}
