@@ -363,14 +363,23 @@ async fn shutdown_is_bounded_when_the_registry_hangs() {
     // Accepts connections but never speaks HTTP/2, like a wedged registry.
     let listener = listener().await;
     let addr = listener.local_addr().unwrap();
+    let (connected, first_connection) = tokio::sync::oneshot::channel();
     let _hold = tokio::spawn(async move {
+        let mut connected = Some(connected);
         let mut held = Vec::new();
         while let Ok((socket, _)) = listener.accept().await {
             held.push(socket);
+            if let Some(connected) = connected.take() {
+                let _ = connected.send(());
+            }
         }
     });
     let client = Client::start(Heartbeater::new(url(addr), info()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stop while the heartbeat is stuck on the connection, not before it.
+    tokio::time::timeout(PATIENCE, first_connection)
+        .await
+        .expect("the heartbeater connects")
+        .expect("the listener runs");
 
     let took = client.stop().await;
     assert!(took < Duration::from_secs(6), "shutdown took {took:?}");
