@@ -6,21 +6,25 @@
 //! unknown path counts with an empty resource, so clients cannot grow the
 //! number of series.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use tower::{Layer, Service};
 
 use super::status::ApiError;
 use crate::auth::RequestInfo;
@@ -170,20 +174,75 @@ impl RequestMetrics {
     }
 }
 
-/// Middleware: counts and times every request, including refused ones.
-pub async fn instrument(
-    State(metrics): State<RequestMetrics>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let labels = classify(RequestInfo::parse(
-        request.method(),
-        request.uri().path(),
-        request.uri().query(),
-    ));
-    if labels.verb == "WATCH" {
-        return watch(metrics, labels, request, next).await;
+/// Counts and times every request, including refused ones. A tower layer
+/// rather than axum's `from_fn`, which boxes the inner service for every
+/// request: under callgrind that cost ~9,000 instructions per reconcile,
+/// 4 % of kplug's work on a small one.
+#[derive(Clone, Debug)]
+pub struct InstrumentLayer(Arc<RequestMetrics>);
+
+impl InstrumentLayer {
+    pub fn new(metrics: RequestMetrics) -> Self {
+        Self(Arc::new(metrics))
     }
+}
+
+impl<S> Layer<S> for InstrumentLayer {
+    type Service = Instrument<S>;
+
+    fn layer(&self, inner: S) -> Instrument<S> {
+        Instrument {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+/// The service [`InstrumentLayer`] wraps around the application.
+#[derive(Clone, Debug)]
+pub struct Instrument<S> {
+    inner: S,
+    metrics: Arc<RequestMetrics>,
+}
+
+impl<S> Service<Request> for Instrument<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let labels = classify(RequestInfo::parse(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ));
+        let metrics = self.metrics.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = if labels.verb == "WATCH" {
+                watch(&metrics, labels, response).await
+            } else {
+                measure(&metrics, labels, response).await
+            };
+            Ok(response)
+        })
+    }
+}
+
+/// A request that ends with its response.
+async fn measure(
+    metrics: &RequestMetrics,
+    labels: RequestLabels,
+    response: impl Future<Output = Result<Response, Infallible>>,
+) -> Response {
     let in_flight = if matches!(labels.verb, "GET" | "LIST" | "HEAD" | "OPTIONS") {
         &metrics.read_only
     } else {
@@ -191,7 +250,7 @@ pub async fn instrument(
     };
     in_flight.inc();
     let started = Instant::now();
-    let response = next.run(request).await;
+    let Ok(response) = response.await;
     in_flight.dec();
     metrics
         .duration
@@ -210,12 +269,11 @@ pub async fn instrument(
 /// A watch counts as long-running until its response body is dropped,
 /// that is, until the stream ends or the client goes away.
 async fn watch(
-    metrics: RequestMetrics,
+    metrics: &RequestMetrics,
     labels: RequestLabels,
-    request: Request,
-    next: Next,
+    response: impl Future<Output = Result<Response, Infallible>>,
 ) -> Response {
-    let response = next.run(request).await;
+    let Ok(response) = response.await;
     metrics
         .total
         .get_or_create(&CodeLabels {

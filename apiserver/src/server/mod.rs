@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
-use crate::api::metrics::RequestMetrics;
+use crate::api::metrics::{InstrumentLayer, RequestMetrics};
 use crate::api::status::ApiError;
 use crate::api::{self, AppState, openapi::OpenApi};
 use crate::auth::Auth;
@@ -45,10 +45,7 @@ pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>, metrics: &Me
         .layer(axum::middleware::from_fn_with_state(auth, guard));
     health::router()
         .merge(api)
-        .layer(axum::middleware::from_fn_with_state(
-            metrics.requests.clone(),
-            api::metrics::instrument,
-        ))
+        .layer(InstrumentLayer::new(metrics.requests.clone()))
 }
 
 /// Middleware: answers `401`/`403` Statuses, or passes the request on with
