@@ -102,6 +102,7 @@ mod tests {
     use super::*;
     use crate::api::negotiate::TableVersion;
     use crate::api::response::{CHUNK_BYTES, written_response};
+    use crate::api::table::{COLUMNS, ColumnDefinition};
     use crate::api::table::{IncludeObject, human_duration};
     use crate::registry::{Declaration, Registry, RegistryConfig};
     use crate::v1alpha1::{PluginApi, Protocol};
@@ -143,68 +144,8 @@ mod tests {
         kind: &'static str,
         api_version: &'static str,
         metadata: ListMeta,
-        column_definitions: Vec<Column>,
+        column_definitions: &'static [ColumnDefinition],
         rows: Vec<RefRow<'a>>,
-    }
-
-    #[derive(Serialize)]
-    struct Column {
-        name: &'static str,
-        #[serde(rename = "type")]
-        type_: &'static str,
-        format: &'static str,
-        description: &'static str,
-        priority: i32,
-    }
-
-    fn columns() -> Vec<Column> {
-        let column = |name, format, description, priority| Column {
-            name,
-            type_: "string",
-            format,
-            description,
-            priority,
-        };
-        vec![
-            column(
-                "Name",
-                "name",
-                "Name of the plugin, unique in the cluster.",
-                0,
-            ),
-            column(
-                "API",
-                "",
-                "The resource the plugin reconciles, as resource.group.",
-                0,
-            ),
-            column(
-                "Implementation",
-                "",
-                "The implementation the plugin provides.",
-                0,
-            ),
-            column("Version", "", "The plugin's own version.", 0),
-            column(
-                "Ready",
-                "",
-                "Whether the plugin is heartbeating on time.",
-                0,
-            ),
-            column(
-                "Last Heartbeat",
-                "",
-                "Time since the plugin's last heartbeat.",
-                0,
-            ),
-            column("Age", "", "Time since this registration was created.", 0),
-            column(
-                "Address",
-                "",
-                "host:port where kplug reaches the plugin.",
-                1,
-            ),
-        ]
     }
 
     fn cells(plugin: &Plugin, last_seen: Timestamp, now: Timestamp) -> [String; 8] {
@@ -356,7 +297,7 @@ mod tests {
                         kind: "Table",
                         api_version: version.api_version(),
                         metadata: metadata(count == 5),
-                        column_definitions: columns(),
+                        column_definitions: &COLUMNS,
                         rows: expected_rows,
                     })
                     .expect("json");

@@ -34,7 +34,7 @@ impl IncludeObject {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ColumnDefinition {
+pub(super) struct ColumnDefinition {
     name: &'static str,
     #[serde(rename = "type")]
     type_: &'static str,
@@ -61,7 +61,7 @@ const fn column(
 /// Priority 1 columns appear only with `kubectl get -o wide`. The registry
 /// keeps each object's cells in this order ([`Encoded`]): "Name" to "Ready"
 /// before the two ages, which are made per request, and "Address" after.
-const COLUMNS: [ColumnDefinition; 8] = [
+pub(super) const COLUMNS: [ColumnDefinition; 8] = [
     column(
         "Name",
         "name",
