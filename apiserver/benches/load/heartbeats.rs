@@ -130,6 +130,7 @@ fn heartbeat_request(index: usize) -> HeartbeatRequest {
             sdk: "kplug-bench/0.1.0".to_owned(),
             capabilities: vec!["Reconcile".to_owned(), "Finalize".to_owned()],
         }),
+        ..Default::default()
     }
 }
 

@@ -131,6 +131,7 @@ impl PluginInfo {
                 sdk: crate::SDK.to_owned(),
                 capabilities: self.capabilities.clone(),
             }),
+            ..Default::default()
         }
     }
 }

@@ -182,6 +182,7 @@ impl Session {
         let message = DeregisterRequest {
             name: self.request.name.clone(),
             address: self.request.address.clone(),
+            instance: self.request.instance.clone(),
         };
         let call = async {
             let request = self.request(message).await;

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol")
+    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol", "instance", "draining", "server_name")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,9 @@ class HeartbeatRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     api: PluginApi
@@ -36,7 +39,10 @@ class HeartbeatRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     interval: _duration_pb2.Duration
     protocol: Protocol
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ...) -> None: ...
+    instance: str
+    draining: bool
+    server_name: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ..., instance: _Optional[str] = ..., draining: _Optional[bool] = ..., server_name: _Optional[str] = ...) -> None: ...
 
 class PluginApi(_message.Message):
     __slots__ = ("group", "resource", "version")
@@ -87,12 +93,14 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., uid: _Optional[str] = ..., server_protocol: _Optional[_Union[Protocol, _Mapping]] = ...) -> None: ...
 
 class DeregisterRequest(_message.Message):
-    __slots__ = ("name", "address")
+    __slots__ = ("name", "address", "instance")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    instance: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class DeregisterResponse(_message.Message):
     __slots__ = ("removed",)
