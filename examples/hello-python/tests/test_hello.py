@@ -120,3 +120,11 @@ def test_api_and_implementation_come_from_its_flags_or_environment(tmp_path: Pat
         finally:
             process.terminate()
             process.wait(15)
+
+
+def test_exposes_the_sdks_instance_and_tls_flags() -> None:
+    result = subprocess.run(
+        [sys.executable, str(HELLO), "--help"], capture_output=True, text=True, timeout=15, check=True
+    )
+    for flag in ["--instance", "--tls-cert-file", "--tls-key-file", "--client-ca-file", "--server-name"]:
+        assert flag in result.stdout

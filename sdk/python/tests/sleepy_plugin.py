@@ -1,7 +1,9 @@
 """A plugin run as a process by test_run.py.
 
 Reconcile touches ``spec.startedFile`` (if given), sleeps ``spec.sleep``
-seconds and answers with the ``--greeting`` flag, a flag of its own.
+seconds, waits until ``spec.releaseFile`` exists (if given, within the call's
+time), touches ``spec.finishedFile`` (if given) and answers with the
+``--greeting`` flag, a flag of its own.
 """
 
 import argparse
@@ -29,9 +31,19 @@ class Sleepy(kplug.Plugin):
         self.greeting = args.greeting
 
     def reconcile(self, request: kplug.Request) -> kplug.Outcome:
-        if "startedFile" in request.spec:
-            pathlib.Path(request.spec["startedFile"]).touch()
-        time.sleep(float(request.spec.get("sleep", 0)))
+        spec = request.spec
+        if "startedFile" in spec:
+            pathlib.Path(spec["startedFile"]).touch()
+        time.sleep(float(spec.get("sleep", 0)))
+        if "releaseFile" in spec:
+            release = pathlib.Path(spec["releaseFile"])
+            while not release.exists():
+                remaining = request.time_remaining()
+                if remaining is not None and remaining <= 0:
+                    return kplug.Outcome.failure("NotReleased", f"{release} did not appear in time")
+                time.sleep(0.01)
+        if "finishedFile" in spec:
+            pathlib.Path(spec["finishedFile"]).touch()
         return kplug.Outcome.success("Slept", self.greeting)
 
 

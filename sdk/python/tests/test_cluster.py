@@ -14,7 +14,8 @@ import pytest
 from tls_certs import Pki, make_pki
 
 import kplug
-from kplug.heartbeat import Accepted, Failed, Heartbeater, Refused, _read_token
+from kplug.heartbeat import Accepted, Failed, Heartbeater, Refused
+from kplug.heartbeat.token import read_token
 from kplug.proto import registry_pb2
 from kplug.testing import INVALID_TOKEN, NO_TOKEN, FakeRegistry, ReceivedHeartbeat
 
@@ -191,10 +192,10 @@ def test_https_without_a_ca_fails_at_start(serve: Serve, tmp_path: Path) -> None
 def test_token_files(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(" abc.def-ghi\n")
-    assert _read_token(str(path)) == "abc.def-ghi"
+    assert read_token(str(path)) == "abc.def-ghi"
     for contents, problem in [(" \n", "empty"), ("a\nb", "characters")]:
         path.write_text(contents)
         with pytest.raises(ValueError, match=problem):
-            _read_token(str(path))
+            read_token(str(path))
     with pytest.raises(OSError):
-        _read_token(str(tmp_path / "missing"))
+        read_token(str(tmp_path / "missing"))

@@ -43,6 +43,11 @@ def test_flags() -> None:
             "--max-workers=4",
             "--token-file=/var/run/secrets/kplug/token",
             "--registry-ca-file=/var/run/kplug/ca/ca.crt",
+            "--instance=hello-0",
+            "--tls-cert-file=/var/run/kplug/serving/tls.crt",
+            "--tls-key-file=/var/run/kplug/serving/tls.key",
+            "--client-ca-file=/var/run/kplug/client-ca/ca.crt",
+            "--server-name=hello.plugins.svc",
         ]
     )
     assert config == kplug.Config(
@@ -56,6 +61,11 @@ def test_flags() -> None:
         max_workers=4,
         token_file="/var/run/secrets/kplug/token",
         registry_ca_file="/var/run/kplug/ca/ca.crt",
+        instance="hello-0",
+        tls_cert_file="/var/run/kplug/serving/tls.crt",
+        tls_key_file="/var/run/kplug/serving/tls.key",
+        client_ca_file="/var/run/kplug/client-ca/ca.crt",
+        server_name="hello.plugins.svc",
     )
 
 
@@ -71,6 +81,12 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         "KPLUG_MAX_WORKERS": "3",
         "KPLUG_TOKEN_FILE": "/token",
         "KPLUG_REGISTRY_CA_FILE": "/ca.crt",
+        "KPLUG_INSTANCE": "hello-1",
+        "POD_NAME": "not-this",
+        "KPLUG_TLS_CERT_FILE": "/tls.crt",
+        "KPLUG_TLS_KEY_FILE": "/tls.key",
+        "KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS": "true",
+        "KPLUG_SERVER_NAME": "hello.plugins.svc",
     }
     config = parse([], environ)
     assert config == kplug.Config(
@@ -84,6 +100,11 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         max_workers=3,
         token_file="/token",
         registry_ca_file="/ca.crt",
+        instance="hello-1",
+        tls_cert_file="/tls.crt",
+        tls_key_file="/tls.key",
+        allow_unauthenticated_clients=True,
+        server_name="hello.plugins.svc",
     )
     overridden = parse(["--name=from-flag", "--label=c=3", "--heartbeat-interval=1", "--token-file=/t2"], environ)
     assert (overridden.name, overridden.labels, overridden.heartbeat_interval) == ("from-flag", {"c": "3"}, 1.0)
@@ -118,6 +139,16 @@ def test_bad_values_are_usage_errors(
         (["--registry=https://kplug:8444"], {}, "--registry-ca-file"),
         ([], {"KPLUG_REGISTRY": "https://kplug:8444"}, "KPLUG_REGISTRY_CA_FILE"),
         ([], {"KPLUG_LABELS": "x"}, "not key=value"),
+        (["--tls-cert-file=/tls.crt"], {}, "go together"),
+        ([], {"KPLUG_TLS_KEY_FILE": "/tls.key"}, "go together"),
+        (["--client-ca-file=/ca.crt"], {}, "over TLS only"),
+        (["--tls-cert-file=/tls.crt", "--tls-key-file=/tls.key"], {}, "KPLUG_CLIENT_CA_FILE"),
+        (
+            ["--tls-cert-file=/c", "--tls-key-file=/k", "--client-ca-file=/ca", "--allow-unauthenticated-clients"],
+            {},
+            "contradicts",
+        ),
+        ([], {"KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS": "maybe"}, "not a boolean"),
     ],
 )
 def test_bad_registry_or_labels_raise(argv: list[str], environ: dict[str, str], message: str) -> None:
@@ -188,3 +219,14 @@ def test_registry_targets() -> None:
     ]:
         with pytest.raises(ValueError, match=why):
             registry_target(bad)
+
+
+def test_allowing_unauthenticated_clients() -> None:
+    tls = ["--tls-cert-file=/tls.crt", "--tls-key-file=/tls.key"]
+    assert parse([*tls, "--allow-unauthenticated-clients"]).allow_unauthenticated_clients
+    for value, allowed in [("true", True), ("1", True), ("yes", True), ("false", False), ("0", False)]:
+        environ = {"KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS": value}
+        if allowed:
+            assert parse(tls, environ).allow_unauthenticated_clients
+        else:
+            assert not parse([], environ).allow_unauthenticated_clients

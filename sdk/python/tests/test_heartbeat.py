@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 import kplug
-from kplug.heartbeat import INITIAL_BACKOFF, Accepted, Failed, Refused, backoff, jitter
+from kplug.heartbeat import DRAIN_NOTICE_TIMEOUT, INITIAL_BACKOFF, Accepted, Failed, Refused, backoff, jitter
 from kplug.proto import registry_pb2
 from kplug.testing import FakeRegistry, ReceivedHeartbeat
 
@@ -68,7 +68,9 @@ def test_jitter_stays_within_ten_percent() -> None:
 
 def test_first_heartbeat_declares_the_plugin(registry: FakeRegistry, serve: Serve) -> None:
     started = time.monotonic()
-    server = serve(Hello(), registry=registry.address, heartbeat_interval=5.0, labels={"team": "greeters"})
+    server = serve(
+        Hello(), registry=registry.address, heartbeat_interval=5.0, labels={"team": "greeters"}, instance="hello-0"
+    )
     first = registry.wait_for_heartbeats(1)[0]
     # At once, not after the 5 s interval: the bound leaves a busy machine
     # seconds to start the server.
@@ -90,6 +92,7 @@ def test_first_heartbeat_declares_the_plugin(registry: FakeRegistry, serve: Serv
             sdk=f"kplug-sdk-python/{kplug.__version__}",
             capabilities=["Reconcile", "Finalize", "DryRun"],
         ),
+        instance="hello-0",
     )
     expected.interval.FromSeconds(5)
     assert first.request == expected
@@ -208,7 +211,8 @@ def test_stop_abandons_a_hanging_heartbeat(registry: FakeRegistry, serve: Serve)
     release = threading.Event()
 
     def hang(request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
-        release.wait(10)
+        if not request.draining:
+            release.wait(10)
         return registry.accept(request)
 
     registry.answer = hang
@@ -218,6 +222,29 @@ def test_stop_abandons_a_hanging_heartbeat(registry: FakeRegistry, serve: Serve)
     server.stop()
     release.set()
     assert time.monotonic() - started < 2.0
+    assert registry.wait_for_deregistration(timeout=0).address == server.address
+
+
+def test_a_kplug_hanging_on_the_draining_heartbeat_delays_stop_at_most_the_notice_timeout(
+    registry: FakeRegistry, serve: Serve
+) -> None:
+    release = threading.Event()
+
+    def hang_when_draining(request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
+        if request.draining:
+            release.wait(10)
+        return registry.accept(request)
+
+    registry.answer = hang_when_draining
+    server = serve(Hello(), registry=registry.address)
+    assert server.wait_for_heartbeat(lambda s: s.uid is not None, 5)
+    started = time.monotonic()
+    try:
+        server.stop()
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert DRAIN_NOTICE_TIMEOUT - 0.1 <= took < DRAIN_NOTICE_TIMEOUT + 1.5, f"stop took {took:.3f}s"
     assert registry.wait_for_deregistration(timeout=0).address == server.address
 
 

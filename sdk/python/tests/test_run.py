@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
-from tls_certs import make_pki
+from tls_certs import Ca, make_pki
 
 import kplug
-from kplug.testing import FakeRegistry, PluginClient
+from kplug.proto import registry_pb2
+from kplug.testing import CAPABILITIES_BEFORE_INSTANCES, FakeRegistry, PluginClient
 
 PLUGIN = Path(__file__).with_name("sleepy_plugin.py")
 
@@ -60,38 +62,120 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         process.kill()
 
 
-def test_sigterm_deregisters_first_then_drains(registry: FakeRegistry, spawn: Spawn, tmp_path: Path) -> None:
-    plugin = spawn("--registry", registry.address, "--listen", "127.0.0.1:0", "--greeting", "hello")
-    address = registry.wait_for_heartbeats(1)[0].request.address
-    assert address.startswith("127.0.0.1:") and not address.endswith(":0")
-
-    started = tmp_path / "started"
-    finished: list[tuple[float, kplug.Outcome]] = []
-
-    def call() -> None:
-        with PluginClient(address) as client:
-            outcome = client.reconcile({"spec": {"sleep": 1.5, "startedFile": str(started)}}, timeout=10)
-        finished.append((time.monotonic(), outcome))
-
-    caller = threading.Thread(target=call)
-    caller.start()
-    deadline = time.monotonic() + 10
-    while not started.exists():
-        assert time.monotonic() < deadline, "the call never reached the plugin"
+def wait_for_file(path: Path, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, what
         time.sleep(0.02)
 
-    plugin.popen.send_signal(signal.SIGTERM)
-    deregistration = registry.wait_for_deregistration(timeout=5)
-    deregistered_at = time.monotonic()
-    caller.join(10)
 
-    assert (deregistration.name, deregistration.address) == ("sleepy", address)
-    assert finished, "the in-flight call did not complete"
-    done_at, outcome = finished[0]
-    assert outcome.result("Slept") == kplug.Result("Slept", "hello")
-    assert deregistered_at < done_at, "deregistration must come before the drain ends"
-    assert plugin.wait() == 0
+class InFlight:
+    """A Reconcile call to the plugin that runs until :meth:`release`, on a thread of its own."""
+
+    def __init__(self, address: str, tmp_path: Path) -> None:
+        self.started = tmp_path / "started"
+        self.released = tmp_path / "release"
+        self.finished = tmp_path / "finished"
+        self.outcomes: list[kplug.Outcome] = []
+        spec = {"startedFile": str(self.started), "releaseFile": str(self.released), "finishedFile": str(self.finished)}
+        self._thread = threading.Thread(target=self._call, args=(address, spec))
+        self._thread.start()
+        wait_for_file(self.started, "the call never reached the plugin")
+
+    def _call(self, address: str, spec: dict[str, str]) -> None:
+        with PluginClient(address) as client:
+            self.outcomes.append(client.reconcile({"spec": spec}, timeout=20))
+
+    def release(self) -> kplug.Outcome:
+        self.released.touch()
+        self._thread.join(20)
+        assert self.outcomes, "the in-flight call did not complete"
+        return self.outcomes[0]
+
+
+def refused(address: str) -> bool:
+    """Whether a new call to the plugin is refused (it stopped accepting calls)."""
+    with PluginClient(address) as client:
+        try:
+            client.reconcile({"spec": {}}, timeout=2)
+        except grpc.RpcError as error:
+            # Refused at connecting (UNAVAILABLE), by the server shutting down
+            # (CANCELLED) or left unserved by it (DEADLINE_EXCEEDED).
+            unserved = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+            assert error.code() in unserved, error
+            return True
+    return False
+
+
+def test_sigterm_drains_then_finishes_calls_then_deregisters(
+    registry: FakeRegistry, spawn: Spawn, tmp_path: Path
+) -> None:
+    """(a) a draining heartbeat, calls still served; (b) no new calls, in-flight ones finish; (c) deregistration."""
+    plugin = spawn("--registry", registry.address, "--listen", "127.0.0.1:0", "--instance", "sleepy-0")
+    first = registry.wait_for_heartbeats(1)[0].request
+    address = first.address
+    assert address.startswith("127.0.0.1:") and not address.endswith(":0")
+    assert (first.instance, first.draining) == ("sleepy-0", False)
+    in_flight = InFlight(address, tmp_path)
+
+    # kplug picked this instance for a call just before the draining
+    # heartbeat: the call arrives while kplug answers it, and is served.
+    served_while_draining: list[kplug.Outcome] = []
+    drained = threading.Event()
+
+    def answer(request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
+        if request.draining and not drained.is_set():
+            try:
+                with PluginClient(address) as client:
+                    served_while_draining.append(client.reconcile({"spec": {}}, timeout=5))
+            finally:
+                drained.set()
+        return registry.accept(request)
+
+    finished_when_deregistered: list[bool] = []
+
+    def deregister(request: registry_pb2.DeregisterRequest) -> registry_pb2.DeregisterResponse:
+        finished_when_deregistered.append(in_flight.finished.exists())
+        return registry.remove(request)
+
+    registry.answer = answer
+    registry.answer_deregister = deregister
+    plugin.popen.send_signal(signal.SIGTERM)
+
+    draining = registry.wait_for_heartbeat(lambda h: h.request.draining, timeout=5).request
+    assert (draining.name, draining.instance, draining.address) == ("sleepy", "sleepy-0", address)
+    assert drained.wait(10)
+    assert served_while_draining and served_while_draining[0].result("Slept") == kplug.Result("Slept", "hi")
+
+    # Then it stops accepting calls, but waits for the one in flight.
+    deadline = time.monotonic() + 10
+    while not refused(address):
+        assert time.monotonic() < deadline, "the plugin kept accepting calls"
+    assert registry.deregistrations == [], "deregistered before the in-flight call finished"
+    assert in_flight.release().result("Slept") == kplug.Result("Slept", "hi")
+
+    assert plugin.wait() == 0  # after kplug answered the deregistration
+    deregistration = registry.wait_for_deregistration(timeout=0)
+    assert (deregistration.name, deregistration.address, deregistration.instance) == ("sleepy", address, "sleepy-0")
+    assert finished_when_deregistered == [True]
     assert "received SIGTERM" in plugin.stderr
+
+
+def test_sigterm_with_a_kplug_before_instances_deregisters_first_then_drains(spawn: Spawn, tmp_path: Path) -> None:
+    """An older kplug ignores ``draining``: deregistering is what stops its calls, as before instances."""
+    with FakeRegistry(capabilities=CAPABILITIES_BEFORE_INSTANCES) as registry:
+        plugin = spawn("--registry", registry.address, "--listen", "127.0.0.1:0")
+        address = registry.wait_for_heartbeats(1)[0].request.address
+        in_flight = InFlight(address, tmp_path)
+
+        plugin.popen.send_signal(signal.SIGTERM)
+        deregistration = registry.wait_for_deregistration(timeout=5)
+        assert (deregistration.name, deregistration.address) == ("sleepy", address)
+        assert not in_flight.finished.exists(), "deregistration must come before the drain ends"
+        assert in_flight.release().result("Slept") == kplug.Result("Slept", "hi")
+        assert plugin.wait() == 0
+        assert [h for h in registry.heartbeats if h.request.draining] == []
+        assert len(registry.deregistrations) == 1
 
 
 def test_sigint_and_environment_fallbacks(registry: FakeRegistry, spawn: Spawn) -> None:
@@ -112,6 +196,7 @@ def test_sigint_and_environment_fallbacks(registry: FakeRegistry, spawn: Spawn) 
         (["--heartbeat-interval", "soon"], "invalid duration"),
         (["--greeting", ""], "--greeting must not be empty"),
         (["--registry", "https://kplug:50051"], "--registry-ca-file"),
+        (["--tls-cert-file", "/tls.crt", "--tls-key-file", "/tls.key"], "--client-ca-file"),
         (["--no-such-flag"], "unrecognized arguments"),
     ],
 )
@@ -142,6 +227,12 @@ def test_help_lists_sdk_and_plugin_flags(spawn: Spawn, tmp_path: Path) -> None:
         "--drain-timeout",
         "--token-file",
         "--registry-ca-file",
+        "--instance",
+        "--tls-cert-file",
+        "--tls-key-file",
+        "--client-ca-file",
+        "--allow-unauthenticated-clients",
+        "--server-name",
     ]:
         assert flag in result.stdout
     assert "--greeting" in result.stdout
@@ -190,3 +281,42 @@ def test_https_without_a_ca_file_exits_2(spawn: Spawn) -> None:
     plugin = spawn("--listen", "127.0.0.1:0", env={"KPLUG_REGISTRY": "https://kplug:8444"})
     assert plugin.wait() == 2
     assert "KPLUG_REGISTRY_CA_FILE" in plugin.stderr
+
+
+def test_mutual_tls_and_the_instance_from_the_environment(registry: FakeRegistry, spawn: Spawn, tmp_path: Path) -> None:
+    """Serving mTLS configured the way a Deployment does: Secret files, the pod's name."""
+    serving_ca, client_ca = Ca("plugin serving CA"), Ca("kplug client CA")
+    serving = serving_ca.serving(dns=["sleepy.plugins.svc"], ips=[])
+    kplug_client = client_ca.client("kplug")
+    files = {"tls.crt": serving.cert, "tls.key": serving.key, "client-ca.crt": client_ca.pem}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    plugin = spawn(
+        env={
+            "KPLUG_REGISTRY": registry.address,
+            "KPLUG_LISTEN": "127.0.0.1:0",
+            "KPLUG_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
+            "KPLUG_TLS_KEY_FILE": str(tmp_path / "tls.key"),
+            "KPLUG_CLIENT_CA_FILE": str(tmp_path / "client-ca.crt"),
+            "KPLUG_SERVER_NAME": "sleepy.plugins.svc",
+            "POD_NAME": "sleepy-7f9c-x2x9q",
+        }
+    )
+    heartbeat = registry.wait_for_heartbeats(1)[0].request
+    assert (heartbeat.instance, heartbeat.server_name) == ("sleepy-7f9c-x2x9q", "sleepy.plugins.svc")
+    with PluginClient(
+        heartbeat.address,
+        root_certificates=serving_ca.pem,
+        private_key=kplug_client.key,
+        certificate_chain=kplug_client.cert,
+        server_name=heartbeat.server_name,
+    ) as client:
+        assert client.reconcile({"spec": {}}).result("Slept") == kplug.Result("Slept", "hi")
+    with PluginClient(heartbeat.address, root_certificates=serving_ca.pem, server_name="sleepy.plugins.svc") as client:
+        with pytest.raises(grpc.RpcError) as refused_without_certificate:
+            client.reconcile({"spec": {}}, timeout=5)
+        assert refused_without_certificate.value.code() == grpc.StatusCode.UNAVAILABLE
+    plugin.popen.send_signal(signal.SIGTERM)
+    assert plugin.wait() == 0
+    assert registry.wait_for_deregistration(timeout=0).instance == "sleepy-7f9c-x2x9q"
+    assert "TLS, client certificates of" in plugin.stderr

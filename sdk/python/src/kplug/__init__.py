@@ -30,6 +30,12 @@ Calls are served by grpcio's synchronous server from a thread pool, so
 ``reconcile`` and ``finalize`` are plain methods that may block (on a
 database, say) and may run concurrently for different objects.
 
+Several processes may serve one plugin, each an *instance* (``--instance``,
+default the pod's name); on shutdown each tells kplug it is draining before
+it stops accepting calls, so none is lost. A registry name with several
+addresses (kplug replicas) gets heartbeats at each (:mod:`kplug.heartbeat`),
+and plugins may serve mutual TLS from rotating files (:mod:`kplug.tls`).
+
 kplug sends each call with a W3C trace context; :attr:`Request.trace_id` is
 its trace id, and log records emitted while handling the call carry
 ``operation_id`` and ``trace_id`` (:mod:`kplug.logcontext`).

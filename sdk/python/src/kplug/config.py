@@ -5,14 +5,17 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
 
 - ``--registry HOST:PORT`` / ``KPLUG_REGISTRY``: kplug's registry; default ``127.0.0.1:50051``.
   ``http://`` or a bare ``host:port`` is plain gRPC (kplug's standalone mode); ``https://`` is
-  TLS (cluster mode) and needs ``--registry-ca-file``.
+  TLS (cluster mode) and needs ``--registry-ca-file``. A host name resolving to several
+  addresses (kplug replicas behind a headless Service) gets heartbeats at each of them,
+  resolved again every 30 s (see :mod:`kplug.heartbeat`).
 - ``--listen HOST:PORT`` / ``KPLUG_LISTEN``: where to serve; default ``127.0.0.1:50052``; port 0 picks one.
 - ``--advertise HOST[:PORT]`` / ``KPLUG_ADVERTISE``: where kplug dials; default the listen address
   with the bound port.
 - ``--name NAME`` / ``KPLUG_NAME``: overrides the plugin class's ``name``.
 - ``--heartbeat-interval DURATION`` / ``KPLUG_HEARTBEAT_INTERVAL``: asked of the registry, which decides.
 - ``--drain-timeout DURATION`` / ``KPLUG_DRAIN_TIMEOUT``: how long in-flight calls may take to finish
-  on shutdown, after deregistering; default ``20s``, below the 30 s Kubernetes grants before SIGKILL.
+  on shutdown, after telling kplug the instance is draining; default ``20s``, below the 30 s
+  Kubernetes grants before SIGKILL.
 - ``--label KEY=VALUE`` (repeatable) / ``KPLUG_LABELS`` (``k=v,k=v``): labels for the Plugin object.
 - ``--max-workers N`` / ``KPLUG_MAX_WORKERS``: calls served at once; default 10.
 - ``--log-level LEVEL`` / ``KPLUG_LOG_LEVEL``: default ``INFO``.
@@ -22,7 +25,21 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
   logged and the heartbeat goes out without a token, so kplug's refusal says what is wrong.
 - ``--registry-ca-file PATH`` / ``KPLUG_REGISTRY_CA_FILE``: PEM of the CA that signed kplug's
   serving certificate (e.g. the ``kplug-ca`` ConfigMap), trusted for an ``https://`` registry; no
-  other roots are, so ``https://`` without it is an error at start.
+  other roots are, so ``https://`` without it is an error at start. The certificate is checked
+  against the registry's host name, also when heartbeating to each of its addresses.
+- ``--instance NAME`` / ``KPLUG_INSTANCE``: which instance of the plugin this process is; default
+  ``$POD_NAME`` (the downward API), else empty: the address names the instance. Sent with every heartbeat and the
+  deregistration, so kplug tells the pods of one plugin apart and spreads calls over them.
+- ``--tls-cert-file PATH`` / ``KPLUG_TLS_CERT_FILE`` and ``--tls-key-file PATH`` /
+  ``KPLUG_TLS_KEY_FILE``: serve TLS with this certificate chain and private key (PEM) instead of
+  plain gRPC. Reloaded when the files change (e.g. a rotated Secret), for new connections.
+- ``--client-ca-file PATH`` / ``KPLUG_CLIENT_CA_FILE``: with TLS, require every caller to present a
+  client certificate signed by this CA (PEM; kplug's client CA), reloaded like the certificate.
+  Serving TLS without it is an error at start unless ``--allow-unauthenticated-clients``.
+- ``--allow-unauthenticated-clients`` / ``KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS=true``: serve TLS
+  without asking callers for certificates: anyone who reaches the port may call the plugin.
+- ``--server-name NAME`` / ``KPLUG_SERVER_NAME``: the name kplug verifies in the serving
+  certificate; default: the host of the advertised address.
 
 Durations are written as in the Rust SDK: ``500ms``, ``5s``, ``2m``, ``1h`` or
 a bare number of seconds. The flags, environment variables and defaults
@@ -40,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +74,8 @@ _DURATION_UNITS = {"ms": 0.001, "": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: How long shutdown waits by default for in-flight calls.
 DEFAULT_DRAIN_TIMEOUT = 20.0
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +101,86 @@ class Config:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Reconcile/Finalize calls served at once.
     max_workers: int = 10
-    #: Seconds in-flight calls may take to finish on shutdown, after deregistering.
+    #: Seconds in-flight calls may take to finish on shutdown, once kplug knows the instance is draining.
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     #: File holding a Kubernetes ServiceAccount token, sent with every
     #: heartbeat and the deregistration; reread each time.
     token_file: str | None = None
     #: PEM file of the CA to trust for an ``https://`` registry; required for one.
     registry_ca_file: str | None = None
+    #: Which instance of the plugin this process is, e.g. its pod's name.
+    #: ``None``: ``$POD_NAME``, else empty (see :func:`default_instance`);
+    #: ``""``: none, the address names the instance (as before instances).
+    instance: str | None = None
+    #: PEM certificate chain to serve TLS with; ``None`` serves plain gRPC.
+    tls_cert_file: str | None = None
+    #: PEM private key of :attr:`tls_cert_file`.
+    tls_key_file: str | None = None
+    #: PEM of the CA whose client certificates callers must present (mutual
+    #: TLS); required with :attr:`tls_cert_file` unless
+    #: :attr:`allow_unauthenticated_clients`.
+    client_ca_file: str | None = None
+    #: Serve TLS without verifying callers, i.e. without :attr:`client_ca_file`.
+    allow_unauthenticated_clients: bool = False
+    #: The name kplug verifies in the serving certificate; ``""``: the host of
+    #: the advertised address.
+    server_name: str = ""
+
+
+def default_instance(environ: Mapping[str, str] | None = None) -> str:
+    """The instance name when none is configured: ``$POD_NAME``, else ``""`` (the address names it).
+
+    Not the host name: processes on one machine, or pods with ``hostNetwork``, share it and
+    would take turns being one instance.
+    """
+    environ = os.environ if environ is None else environ
+    return (environ.get("POD_NAME") or "").strip()
+
+
+def check_serving_tls(
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    client_ca_file: str | None,
+    allow_unauthenticated_clients: bool,
+) -> None:
+    """Raises :class:`ValueError` for serving TLS options that do not fit together.
+
+    A certificate needs its key and the other way round; a client CA needs a
+    certificate (callers are verified only over TLS); and a certificate
+    without a client CA, which would let anyone who reaches the port call the
+    plugin, needs ``allow_unauthenticated_clients``.
+    """
+    if bool(tls_cert_file) != bool(tls_key_file):
+        raise ValueError(
+            "--tls-cert-file (KPLUG_TLS_CERT_FILE) and --tls-key-file (KPLUG_TLS_KEY_FILE) go together: "
+            "set both to serve TLS, or neither to serve plain gRPC"
+        )
+    if client_ca_file and not tls_cert_file:
+        raise ValueError(
+            "--client-ca-file (KPLUG_CLIENT_CA_FILE) verifies callers over TLS only: "
+            "also set --tls-cert-file and --tls-key-file"
+        )
+    if tls_cert_file and not client_ca_file and not allow_unauthenticated_clients:
+        raise ValueError(
+            "serving TLS without --client-ca-file (KPLUG_CLIENT_CA_FILE) would accept calls from anyone "
+            "who reaches the port: set it to the PEM of the CA that signs kplug's client certificate, "
+            "or pass --allow-unauthenticated-clients (KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS=true) to mean it"
+        )
+    if client_ca_file and allow_unauthenticated_clients:
+        raise ValueError(
+            "--allow-unauthenticated-clients contradicts --client-ca-file, which requires client "
+            "certificates: drop one of them"
+        )
+
+
+def parse_bool(text: str) -> bool:
+    """Parses ``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``; empty is false)."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{text!r} is not a boolean: use true or false")
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -218,7 +311,8 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "--registry",
         default=env("KPLUG_REGISTRY", DEFAULT_REGISTRY),
         help="kplug's registry as host:port, http://host:port or https://host:port (TLS; needs "
-        "--registry-ca-file) (env KPLUG_REGISTRY; default: %(default)s)",
+        "--registry-ca-file); a host name with several addresses (kplug replicas) gets heartbeats at each "
+        "(env KPLUG_REGISTRY; default: %(default)s)",
     )
     group.add_argument(
         "--listen",
@@ -254,7 +348,7 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         type=_duration,
         default=env("KPLUG_DRAIN_TIMEOUT", "20s"),
         metavar="DURATION",
-        help="on shutdown, how long in-flight calls may take to finish after deregistering "
+        help="on shutdown, how long in-flight calls may take to finish once kplug sends no new ones "
         "(env KPLUG_DRAIN_TIMEOUT; default: %(default)s)",
     )
     group.add_argument(
@@ -279,6 +373,48 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "required for an https:// registry (env KPLUG_REGISTRY_CA_FILE)",
     )
     group.add_argument(
+        "--instance",
+        default=env("KPLUG_INSTANCE", env("POD_NAME")),
+        metavar="NAME",
+        help="which instance of the plugin this process is, sent with every heartbeat; empty: the "
+        "address names it (env KPLUG_INSTANCE; default: $POD_NAME, else empty)",
+    )
+    group.add_argument(
+        "--tls-cert-file",
+        default=env("KPLUG_TLS_CERT_FILE"),
+        metavar="PATH",
+        help="serve TLS with this PEM certificate chain, reloaded when it changes; needs --tls-key-file "
+        "and --client-ca-file (env KPLUG_TLS_CERT_FILE; default: plain gRPC)",
+    )
+    group.add_argument(
+        "--tls-key-file",
+        default=env("KPLUG_TLS_KEY_FILE"),
+        metavar="PATH",
+        help="PEM private key of --tls-cert-file (env KPLUG_TLS_KEY_FILE)",
+    )
+    group.add_argument(
+        "--client-ca-file",
+        default=env("KPLUG_CLIENT_CA_FILE"),
+        metavar="PATH",
+        help="with TLS, accept only callers with a client certificate signed by this PEM CA (kplug's), "
+        "reloaded when it changes (env KPLUG_CLIENT_CA_FILE)",
+    )
+    group.add_argument(
+        "--allow-unauthenticated-clients",
+        action="store_const",
+        const="true",
+        default=env("KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS"),
+        help="serve TLS without --client-ca-file: anyone who reaches the port may call the plugin "
+        "(env KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS=true)",
+    )
+    group.add_argument(
+        "--server-name",
+        default=env("KPLUG_SERVER_NAME", ""),
+        metavar="NAME",
+        help="the name kplug verifies in the serving certificate (env KPLUG_SERVER_NAME; "
+        "default: the host of the advertised address)",
+    )
+    group.add_argument(
         "--log-level",
         type=str.upper,
         choices=_LOG_LEVELS,
@@ -291,10 +427,17 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
     """The :class:`Config` for arguments parsed by a parser set up with :func:`add_arguments`.
 
     Raises :class:`ValueError` for a bad registry address (including
-    ``https://`` without ``--registry-ca-file``) or ``KPLUG_LABELS``.
+    ``https://`` without ``--registry-ca-file``), ``KPLUG_LABELS``,
+    ``KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS`` or serving TLS options that do not
+    fit together (:func:`check_serving_tls`).
     """
     check_registry(args.registry, args.registry_ca_file)
     labels = dict(args.labels) if args.labels is not None else parse_labels(environ.get("KPLUG_LABELS", ""))
+    try:
+        allow_unauthenticated_clients = parse_bool(args.allow_unauthenticated_clients or "")
+    except ValueError as error:
+        raise ValueError(f"KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS: {error}") from None
+    check_serving_tls(args.tls_cert_file, args.tls_key_file, args.client_ca_file, allow_unauthenticated_clients)
     return Config(
         registry=args.registry,
         listen=args.listen,
@@ -306,6 +449,12 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         drain_timeout=args.drain_timeout,
         token_file=args.token_file,
         registry_ca_file=args.registry_ca_file,
+        instance=args.instance,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        client_ca_file=args.client_ca_file,
+        allow_unauthenticated_clients=allow_unauthenticated_clients,
+        server_name=args.server_name,
     )
 
 

@@ -31,9 +31,10 @@ def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
     ``operation_id`` and ``trace_id`` of the call it belongs to, see
     :mod:`kplug.logcontext`), serves the plugin and heartbeats into kplug.
 
-    On the first SIGTERM or SIGINT it stops heartbeating, deregisters, and
-    lets in-flight calls finish within ``--drain-timeout``; a second signal
-    ends the process at once. Bad flags exit with status 2 and a plugin that
+    On the first SIGTERM or SIGINT it tells kplug the instance is draining,
+    lets in-flight calls finish within ``--drain-timeout``, then stops
+    heartbeating and deregisters (:meth:`Server.stop`); a second signal ends
+    the process at once. Bad flags exit with status 2 and a plugin that
     cannot be served with status 1.
 
     Must be called from the main thread (Python delivers signals there).

@@ -13,11 +13,19 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kplug._version import __version__
 from kplug._wire import seconds_duration
-from kplug.config import Config, advertised_address, bind_address, check_registry
+from kplug.config import (
+    Config,
+    advertised_address,
+    bind_address,
+    check_registry,
+    check_serving_tls,
+    default_instance,
+)
 from kplug.heartbeat import Heartbeater, HeartbeatStatus
 from kplug.plugin import ApiRef, Plugin, check_name
 from kplug.proto import PROTOCOL_VERSION, plugin_pb2_grpc, registry_pb2
 from kplug.service import PluginService
+from kplug.tls import ServingCertificates, TlsFileError
 
 _log = logging.getLogger(__name__)
 
@@ -48,6 +56,7 @@ class Server:
         name: str,
         address: str,
         port: int,
+        instance: str = "",
         grpc_server: grpc.Server,
         executor: ThreadPoolExecutor,
         health_servicer: health.HealthServicer,
@@ -59,6 +68,8 @@ class Server:
         self.address = address
         #: The port actually bound (useful with port 0).
         self.port = port
+        #: The instance name sent with the heartbeats ("" for none).
+        self.instance = instance
         self._server = grpc_server
         self._executor = executor
         self._health = health_servicer
@@ -79,11 +90,18 @@ class Server:
         return self._heartbeater is not None and self._heartbeater.wait_for(predicate, timeout)
 
     def stop(self, drain_timeout: float | None = None) -> None:
-        """Shuts down gracefully; returns when done. Safe to call more than once.
+        """Shuts down gracefully, losing no call; returns when done. Safe to call more than once.
 
-        Reports NOT_SERVING, stops heartbeating and deregisters (so kplug
-        stops sending calls), then gives in-flight calls ``drain_timeout``
-        seconds (default: the config's) to finish before cancelling them.
+        1. Reports NOT_SERVING and tells every kplug it is registered with
+           that this instance is draining (a heartbeat with
+           ``draining=True``, waiting at most
+           :data:`kplug.heartbeat.DRAIN_NOTICE_TIMEOUT` for the answers), so
+           kplug sends its calls to other instances. Calls arriving
+           meanwhile are served. A kplug not known to tell instances apart
+           is deregistered from instead, as before instances.
+        2. Stops accepting calls and gives those in flight ``drain_timeout``
+           seconds (default: the config's) to finish before cancelling them.
+        3. Stops heartbeating and deregisters this instance.
         """
         with self._lock:
             if self._stopped:
@@ -93,8 +111,10 @@ class Server:
         _log.info("stopping plugin %r", self.name)
         self._health.enter_graceful_shutdown()
         if self._heartbeater is not None:
-            self._heartbeater.stop()
+            self._heartbeater.drain()
         self._server.stop(grace).wait()
+        if self._heartbeater is not None:
+            self._heartbeater.stop()
         # Handlers still running past the grace period cannot be interrupted;
         # the interpreter waits for them on exit.
         self._executor.shutdown(wait=False)
@@ -121,18 +141,26 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
 
     Raises :class:`ValueError` for an invalid declaration or address (e.g. a
     plugin name kplug would refuse, or an ``https://`` registry without
-    :attr:`Config.registry_ca_file`) and :class:`ServeError` when the listen
-    address cannot be bound or the registry CA file cannot be read. Nothing
-    is left running when it raises.
+    :attr:`Config.registry_ca_file`) or serving TLS options that do not fit
+    together, and :class:`ServeError` when the listen address cannot be bound
+    or the registry CA file or the serving TLS files cannot be read or used.
+    Nothing is left running when it raises.
     """
     config = config or Config()
     name = config.name or plugin.name
     check_name(name)
     api = ApiRef.parse(plugin.api)
+    check_serving_tls(
+        config.tls_cert_file, config.tls_key_file, config.client_ca_file, config.allow_unauthenticated_clients
+    )
     registry_ca = None
     if config.registry:
         check_registry(config.registry, config.registry_ca_file)
         registry_ca = _read_registry_ca(config.registry_ca_file)
+    certificates = _serving_certificates(config)
+    instance = default_instance() if config.instance is None else config.instance
+    if config.server_name and certificates is None:
+        _log.warning("--server-name %s has no effect: the plugin serves plain gRPC", config.server_name)
 
     executor = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="kplug-rpc")
     # Without SO_REUSEPORT (on by default in gRPC) a port already in use is
@@ -142,12 +170,12 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
     try:
-        port = _bind(grpc_server, config.listen)
+        port = _bind(grpc_server, config.listen, certificates)
         address = advertised_address(config.listen, port, config.advertise)
         heartbeater = (
             Heartbeater(
                 config.registry,
-                _heartbeat_request(plugin, name, api, address, config),
+                _heartbeat_request(plugin, name, api, address, instance, config),
                 token_file=config.token_file,
                 registry_ca=registry_ca,
             )
@@ -165,12 +193,14 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     if heartbeater is not None:
         heartbeater.start()
     _log.info(
-        "serving plugin %r (%s, %s %s) on port %d, advertised as %s%s",
+        "serving plugin %r%s (%s, %s %s) on port %d (%s), advertised as %s%s",
         name,
+        f" instance {instance!r}" if instance else "",
         api,
         plugin.implementation or "no implementation",
         plugin.version or "unversioned",
         port,
+        _describe_tls(certificates),
         address,
         f"; registry {config.registry}" if config.registry else "; no registry",
     )
@@ -178,6 +208,7 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         name=name,
         address=address,
         port=port,
+        instance=instance,
         grpc_server=grpc_server,
         executor=executor,
         health_servicer=health_servicer,
@@ -197,10 +228,31 @@ def _read_registry_ca(path: str | None) -> bytes | None:
         raise ServeError(f"cannot read the registry CA file {path}: {error.strerror or error}") from None
 
 
-def _bind(grpc_server: grpc.Server, listen: str) -> int:
-    """Binds ``listen`` and returns the port bound."""
+def _serving_certificates(config: Config) -> ServingCertificates | None:
+    """The serving TLS files, read and checked; ``None`` to serve plain gRPC."""
+    if not config.tls_cert_file or not config.tls_key_file:
+        return None
     try:
-        port = grpc_server.add_insecure_port(bind_address(listen))
+        return ServingCertificates(config.tls_cert_file, config.tls_key_file, config.client_ca_file)
+    except TlsFileError as error:
+        raise ServeError(str(error)) from None
+
+
+def _describe_tls(certificates: ServingCertificates | None) -> str:
+    if certificates is None:
+        return "plain gRPC"
+    if certificates.verifies_clients:
+        return f"TLS, client certificates of {certificates.client_ca_file} required"
+    return "TLS, callers not authenticated"
+
+
+def _bind(grpc_server: grpc.Server, listen: str, certificates: ServingCertificates | None) -> int:
+    """Binds ``listen`` (with TLS if there are ``certificates``) and returns the port bound."""
+    try:
+        if certificates is None:
+            port = grpc_server.add_insecure_port(bind_address(listen))
+        else:
+            port = grpc_server.add_secure_port(bind_address(listen), certificates.credentials())
     except RuntimeError as error:  # gRPC's way of saying the bind failed
         raise ServeError(f"cannot listen on {listen}: {error}") from None
     if port == 0:
@@ -209,7 +261,7 @@ def _bind(grpc_server: grpc.Server, listen: str) -> int:
 
 
 def _heartbeat_request(
-    plugin: Plugin, name: str, api: ApiRef, address: str, config: Config
+    plugin: Plugin, name: str, api: ApiRef, address: str, instance: str, config: Config
 ) -> registry_pb2.HeartbeatRequest:
     """The declaration sent with every heartbeat."""
     request = registry_pb2.HeartbeatRequest(
@@ -223,6 +275,8 @@ def _heartbeat_request(
         ],
         labels=dict(config.labels),
         protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=CAPABILITIES),
+        instance=instance,
+        server_name=config.server_name,
     )
     if config.heartbeat_interval is not None:
         request.interval.CopyFrom(seconds_duration(config.heartbeat_interval))

@@ -15,7 +15,10 @@ way kplug does::
 
 Like kplug in cluster mode, the fake can serve TLS (``tls=``) and require a
 ServiceAccount token (``tokens=``); :attr:`FakeRegistry.url` is then the
-``https://`` address to pass as the registry.
+``https://`` address to pass as the registry. It announces the capabilities of
+a current kplug, ``Instances`` included; ``capabilities=`` makes it an older one.
+:class:`PluginClient` calls a plugin served with TLS when given the CA to
+trust (and a client certificate for mutual TLS).
 """
 
 from __future__ import annotations
@@ -42,6 +45,15 @@ Answer = Callable[
     [registry_pb2.HeartbeatRequest],
     "registry_pb2.HeartbeatResponse | grpc.StatusCode | tuple[grpc.StatusCode, str]",
 ]
+#: Decides the registry's answer to a deregistration, like :data:`Answer`.
+DeregisterAnswer = Callable[
+    [registry_pb2.DeregisterRequest],
+    "registry_pb2.DeregisterResponse | grpc.StatusCode | tuple[grpc.StatusCode, str]",
+]
+#: What kplug announces in ``server_protocol.capabilities``.
+CAPABILITIES = ("Reconcile", "Finalize", "DryRun", "Instances")
+#: What kplug announced before it told plugin instances apart.
+CAPABILITIES_BEFORE_INSTANCES = ("Reconcile", "Finalize", "DryRun")
 #: kplug's answer to a call without a token, in cluster mode.
 NO_TOKEN = 'a ServiceAccount token is required: send it as "authorization: Bearer TOKEN" (the SDKs\' --token-file)'
 #: kplug's answer to a token that does not authenticate.
@@ -68,7 +80,13 @@ class FakeRegistry:
     ``tls`` is a ``(private key, certificate chain)`` PEM pair to serve TLS
     with, as kplug in cluster mode does. With ``tokens``, heartbeats and
     deregistrations must carry ``authorization: Bearer <one of them>``, or
-    fail with ``UNAUTHENTICATED``, as in cluster mode.
+    fail with ``UNAUTHENTICATED``, as in cluster mode. ``capabilities`` are
+    announced in every accepting answer; :data:`CAPABILITIES_BEFORE_INSTANCES`
+    makes a kplug that ignores ``instance`` and ``draining``.
+
+    Registrations are kept per name and instance (the address when a
+    heartbeat names no instance, or for an older kplug), as kplug does; a
+    deregistration removes the one with its name, instance and address.
     """
 
     def __init__(
@@ -79,18 +97,23 @@ class FakeRegistry:
         address: str = "127.0.0.1:0",
         tls: tuple[bytes, bytes] | None = None,
         tokens: Iterable[str] | None = None,
+        capabilities: Iterable[str] = CAPABILITIES,
     ) -> None:
         self.interval = interval
         self.ttl = ttl
+        self.capabilities = tuple(capabilities)
         #: Replaces the default answer (:meth:`accept`) when set.
         self.answer: Answer | None = None
+        #: Replaces the default answer to a deregistration (:meth:`remove`) when set.
+        self.answer_deregister: DeregisterAnswer | None = None
         #: The tokens that authenticate; ``None`` requires none. May be replaced while running.
         self.tokens: frozenset[str] | None = None if tokens is None else frozenset(tokens)
         self._changed = threading.Condition()
         self._heartbeats: list[ReceivedHeartbeat] = []
         self._deregistrations: list[registry_pb2.DeregisterRequest] = []
         self._deregistration_tokens: list[str | None] = []
-        self._uids: dict[tuple[str, str], str] = {}
+        #: (name, instance or address) -> (address, uid)
+        self._registrations: dict[tuple[str, str], tuple[str, str]] = {}
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-registry")
         self._server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         registry_pb2_grpc.add_RegistryServicer_to_server(_RegistryServicer(self), self._server)
@@ -150,6 +173,16 @@ class FakeRegistry:
                 raise TimeoutError(f"{len(self._heartbeats)} heartbeats within {timeout}s, expected {count}")
             return list(self._heartbeats)
 
+    def wait_for_heartbeat(
+        self, predicate: Callable[[ReceivedHeartbeat], bool], timeout: float = 10.0
+    ) -> ReceivedHeartbeat:
+        """Waits for the first heartbeat for which ``predicate`` holds, e.g. ``lambda h: h.request.draining``;
+        raises :class:`TimeoutError` if none arrives."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: any(predicate(h) for h in self._heartbeats), timeout):
+                raise TimeoutError(f"no such heartbeat within {timeout}s among {len(self._heartbeats)}")
+            return next(h for h in self._heartbeats if predicate(h))
+
     def wait_for_deregistration(self, timeout: float = 10.0) -> registry_pb2.DeregisterRequest:
         """Waits for the first deregistration; raises :class:`TimeoutError` if none arrives."""
         with self._changed:
@@ -158,18 +191,36 @@ class FakeRegistry:
             return self._deregistrations[0]
 
     def accept(self, request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
-        """An accepting answer, with a uid stable per name and address."""
+        """An accepting answer, with a uid stable per name and instance (or address, without one)."""
+        key = self._key(request)
         with self._changed:
-            uid = self._uids.setdefault((request.name, request.address), str(uuid.uuid4()))
+            address, uid = self._registrations.get(key, (request.address, str(uuid.uuid4())))
+            if address != request.address:
+                uid = str(uuid.uuid4())  # the instance moved: a new registration
+            self._registrations[key] = (request.address, uid)
         return registry_pb2.HeartbeatResponse(
             accepted=True,
             interval=seconds_duration(self.interval),
             ttl=seconds_duration(self.ttl),
             uid=uid,
             server_protocol=registry_pb2.Protocol(
-                version=PROTOCOL_VERSION, sdk="kplug-fake-registry", capabilities=["Reconcile", "Finalize", "DryRun"]
+                version=PROTOCOL_VERSION, sdk="kplug-fake-registry", capabilities=self.capabilities
             ),
         )
+
+    def remove(self, request: registry_pb2.DeregisterRequest) -> registry_pb2.DeregisterResponse:
+        """The default answer to a deregistration: removes the matching registration, if any."""
+        key = self._key(request)
+        with self._changed:
+            removed = self._registrations.get(key, ("", ""))[0] == request.address
+            if removed:
+                del self._registrations[key]
+        return registry_pb2.DeregisterResponse(removed=removed)
+
+    def _key(self, request: registry_pb2.HeartbeatRequest | registry_pb2.DeregisterRequest) -> tuple[str, str]:
+        """What a registration is known by: name and instance (or address); just the address before instances."""
+        instances = "Instances" in self.capabilities
+        return request.name, (request.instance if instances else "") or request.address
 
     def refuse(self, reason: str, message: str) -> registry_pb2.HeartbeatResponse:
         """A refusing answer."""
@@ -201,9 +252,12 @@ class FakeRegistry:
             self._deregistration_tokens.append(token)
             self._changed.notify_all()
         self._authenticate(token, context)
-        with self._changed:
-            removed = self._uids.pop((request.name, request.address), None) is not None
-        return registry_pb2.DeregisterResponse(removed=removed)
+        answer = (self.answer_deregister or self.remove)(request)
+        if isinstance(answer, grpc.StatusCode):
+            context.abort(answer, "failed by the fake registry")
+        if isinstance(answer, tuple):
+            context.abort(*answer)
+        return answer
 
     def _authenticate(self, token: str | None, context: grpc.ServicerContext) -> None:
         tokens = self.tokens
@@ -241,10 +295,31 @@ class _RegistryServicer(registry_pb2_grpc.RegistryServicer):
 
 
 class PluginClient:
-    """Calls a plugin's Reconcile and Finalize over gRPC, as kplug does."""
+    """Calls a plugin's Reconcile and Finalize over gRPC, as kplug does.
 
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.insecure_channel(address)
+    For a plugin served with TLS, ``root_certificates`` is the PEM of the CA
+    to trust, ``server_name`` the name to verify (default: the address's
+    host) and ``private_key`` with ``certificate_chain`` the client
+    certificate to present. Each client opens a connection of its own.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        server_name: str | None = None,
+    ) -> None:
+        options: list[tuple[str, str | int]] = [("grpc.use_local_subchannel_pool", 1)]
+        if root_certificates is None:
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:
+            if server_name:
+                options.append(("grpc.ssl_target_name_override", server_name))
+            credentials = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
+            self.channel = grpc.secure_channel(address, credentials, options=options)
         self.stub = plugin_pb2_grpc.PluginStub(self.channel)
 
     def reconcile(
