@@ -1,7 +1,8 @@
 //! The smallest kplug plugin: greets the objects it reconciles.
 //!
 //! It serves kplug's Plugin service and heartbeats into kplug's registry
-//! until Ctrl-C or SIGTERM, then deregisters and finishes in-flight calls.
+//! until Ctrl-C or SIGTERM, then tells kplug it is draining, finishes
+//! in-flight calls and deregisters.
 
 use std::io::IsTerminal;
 use std::time::Duration;

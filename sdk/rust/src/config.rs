@@ -34,6 +34,12 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--drain-timeout` | `KPLUG_DRAIN_TIMEOUT` | `20s` |
 /// | `--token-file` | `KPLUG_TOKEN_FILE` | none: heartbeats carry no token |
 /// | `--registry-ca-file` | `KPLUG_REGISTRY_CA_FILE` | none; required for `https://` |
+/// | `--instance` | `KPLUG_INSTANCE` | `$POD_NAME`, else none (the address names it) |
+/// | `--tls-cert-file` | `KPLUG_TLS_CERT_FILE` | none: plain gRPC |
+/// | `--tls-key-file` | `KPLUG_TLS_KEY_FILE` | none; required with a certificate |
+/// | `--client-ca-file` | `KPLUG_CLIENT_CA_FILE` | none; required with a certificate |
+/// | `--allow-unauthenticated-clients` | `KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS` | off |
+/// | `--server-name` | `KPLUG_SERVER_NAME` | none: the advertised host |
 ///
 /// kplug's standalone registry speaks plain gRPC (`http://`) and needs
 /// neither of the last two. In cluster mode (`kplug-apiserver serve`) the
@@ -55,6 +61,44 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 ///   `PERMISSION_DENIED`) are logged and retried at the heartbeat interval,
 ///   and show in [`Status`](crate::Status) as
 ///   [`Refused`](crate::heartbeat::Outcome::Refused).
+///
+/// A registry host name that resolves to several addresses (a headless
+/// Service in front of kplug's replicas) gets heartbeats at every address;
+/// see [`heartbeat`](crate::heartbeat).
+///
+/// Several instances (pods) may serve one plugin. Each names itself with
+/// `--instance`, by default the pod's name (`POD_NAME` from the downward
+/// API; without it the address names the instance), and
+/// advertises its own address, e.g. the pod's IP, so that kplug can tell
+/// them apart, spread calls over them and stop calling one that shuts
+/// down:
+///
+/// ```yaml
+/// env:
+///   - name: POD_NAME
+///     valueFrom: {fieldRef: {fieldPath: metadata.name}}
+///   - name: POD_IP
+///     valueFrom: {fieldRef: {fieldPath: status.podIP}}
+///   - name: KPLUG_ADVERTISE
+///     value: $(POD_IP):50052
+///   - name: KPLUG_LISTEN
+///     value: 0.0.0.0:50052
+/// ```
+///
+/// By default the plugin serves plain gRPC, for local use. With
+/// `--tls-cert-file` and `--tls-key-file` it serves TLS, and with
+/// `--client-ca-file` it requires every caller to present a certificate
+/// signed by that CA (kplug's client CA): mutual TLS. A certificate without
+/// a client CA is refused at start, since anyone who reaches the port could
+/// then call the plugin, unless `--allow-unauthenticated-clients` says that
+/// is meant. The three files are read again for every new connection and
+/// used when they changed (a rotation by cert-manager or the kubelet
+/// replaces them), so renewed certificates need no restart; connections
+/// already open keep theirs. Material that does not load (e.g. a key that
+/// does not match the certificate, midway through a rotation) is logged and
+/// the previous one kept. `--server-name` tells kplug which name to verify
+/// in the certificate, e.g. the Service's DNS name when the advertised
+/// address is the pod's IP.
 ///
 /// ```
 /// # #[cfg(feature = "clap")] {
@@ -133,6 +177,42 @@ pub struct Config {
     /// https:// registry.
     #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_REGISTRY_CA_FILE"))]
     pub registry_ca_file: Option<PathBuf>,
+
+    /// Which instance of the plugin this process is, e.g. its pod's name,
+    /// sent with every heartbeat and the deregistration; empty: the address
+    /// names the instance [default: $POD_NAME, else empty].
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_INSTANCE"))]
+    pub instance: Option<String>,
+
+    /// PEM certificate (chain) to serve the Plugin service over TLS with;
+    /// needs --tls-key-file and --client-ca-file. Reread when it changes
+    /// [default: plain gRPC].
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_TLS_CERT_FILE"))]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file. Reread when it changes.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_TLS_KEY_FILE"))]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// PEM CA certificate(s) that callers' client certificates must be
+    /// signed by, e.g. kplug's client CA; with TLS only. Reread when it
+    /// changes.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_CLIENT_CA_FILE"))]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Serve TLS without --client-ca-file: anyone who reaches the port may
+    /// call the plugin.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS")
+    )]
+    pub allow_unauthenticated_clients: bool,
+
+    /// The name kplug verifies in the serving certificate, e.g. the
+    /// Service's DNS name when advertising the pod's IP [default: the host
+    /// of the advertised address].
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_SERVER_NAME"))]
+    pub server_name: Option<String>,
 }
 
 impl Default for Config {
@@ -146,6 +226,12 @@ impl Default for Config {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             token_file: None,
             registry_ca_file: None,
+            instance: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            client_ca_file: None,
+            allow_unauthenticated_clients: false,
+            server_name: None,
         }
     }
 }
@@ -204,6 +290,44 @@ impl Config {
     #[must_use]
     pub fn registry_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.registry_ca_file = Some(path.into());
+        self
+    }
+
+    /// Names this instance of the plugin; empty means the address does.
+    #[must_use]
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// Serves TLS with the PEM certificate (chain) and private key in these
+    /// files.
+    #[must_use]
+    pub fn tls(mut self, cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
+        self.tls_cert_file = Some(cert_file.into());
+        self.tls_key_file = Some(key_file.into());
+        self
+    }
+
+    /// Requires callers to present a certificate signed by the CA in this
+    /// PEM file.
+    #[must_use]
+    pub fn client_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.client_ca_file = Some(path.into());
+        self
+    }
+
+    /// Allows serving TLS without a client CA, to any caller.
+    #[must_use]
+    pub fn allow_unauthenticated_clients(mut self, allow: bool) -> Self {
+        self.allow_unauthenticated_clients = allow;
+        self
+    }
+
+    /// Sets the name kplug verifies in the serving certificate.
+    #[must_use]
+    pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
+        self.server_name = Some(server_name.into());
         self
     }
 }
@@ -270,6 +394,16 @@ mod tests {
             "/var/run/secrets/kplug/token",
             "--registry-ca-file",
             "/var/run/kplug/ca/ca.crt",
+            "--instance",
+            "hello-7d9f-x2x",
+            "--tls-cert-file",
+            "/tls/tls.crt",
+            "--tls-key-file",
+            "/tls/tls.key",
+            "--client-ca-file",
+            "/tls/client-ca.crt",
+            "--server-name",
+            "hello.plugins.svc",
         ]);
         assert_eq!(
             parsed,
@@ -282,6 +416,18 @@ mod tests {
                 .drain_timeout(Duration::from_secs(3))
                 .token_file("/var/run/secrets/kplug/token")
                 .registry_ca_file("/var/run/kplug/ca/ca.crt")
+                .instance("hello-7d9f-x2x")
+                .tls("/tls/tls.crt", "/tls/tls.key")
+                .client_ca_file("/tls/client-ca.crt")
+                .server_name("hello.plugins.svc")
         );
+        let parsed = parse(&[
+            "plugin",
+            "--instance",
+            "",
+            "--allow-unauthenticated-clients",
+        ]);
+        assert_eq!(parsed.instance.as_deref(), Some(""));
+        assert!(parsed.allow_unauthenticated_clients);
     }
 }

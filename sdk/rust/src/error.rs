@@ -40,6 +40,27 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The plugin cannot serve TLS as configured, e.g. a certificate without
+    /// its key, a key that does not match the certificate, or a certificate
+    /// without a client CA
+    /// ([`Config::client_ca_file`](crate::Config::client_ca_file)) and
+    /// without [`Config::allow_unauthenticated_clients`](crate::Config::allow_unauthenticated_clients).
+    #[error("cannot serve TLS: {reason}")]
+    ServeTls {
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// A file for serving TLS (certificate, key or client CA) cannot be read.
+    #[error("cannot read the {what} {}", path.display())]
+    ReadTlsFile {
+        /// Which file: `certificate`, `private key` or `client CA`.
+        what: &'static str,
+        /// The file as configured.
+        path: std::path::PathBuf,
+        /// Why reading failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// A string is not an API reference of the form `resource.group/version`.
     #[error(
         "invalid API {value:?}: {reason}; expected resource.group/version, e.g. \

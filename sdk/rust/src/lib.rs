@@ -3,8 +3,9 @@
 //! A plugin is a small gRPC server that kplug calls to reconcile a custom
 //! resource. Implement [`Plugin`] and hand it to [`serve`]: the SDK runs the
 //! gRPC server (with gRPC health), announces the plugin to kplug's registry
-//! by heartbeating, and on SIGTERM deregisters before draining in-flight
-//! calls.
+//! (every replica of it) by heartbeating, and on SIGTERM tells kplug to
+//! send no new calls, finishes the ones in flight, then deregisters; see
+//! [`Server::run`].
 //!
 //! ```no_run
 //! use kplug_sdk::{ApiRef, Config, Outcome, Plugin, PluginInfo, Request, Severity};
@@ -119,10 +120,72 @@
 //! heartbeat interval, so a plugin recovers by itself once its RoleBinding
 //! or token appears.
 //!
+//! # Several instances of a plugin
+//!
+//! A plugin may run as several pods. Each heartbeats under the plugin's
+//! name with its own instance name and address, and kplug spreads calls
+//! over the ready ones. The instance name is `--instance`
+//! (`KPLUG_INSTANCE`), by default the `POD_NAME` environment variable, else
+//! none: the address names it ([`default_instance`]); the address should be the pod's
+//! own, so that kplug reaches this instance rather than any behind a
+//! Service. With the downward API:
+//!
+//! ```yaml
+//! env:
+//!   - name: POD_NAME
+//!     valueFrom: {fieldRef: {fieldPath: metadata.name}}
+//!   - name: POD_IP
+//!     valueFrom: {fieldRef: {fieldPath: status.podIP}}
+//!   - name: KPLUG_LISTEN
+//!     value: 0.0.0.0:50052
+//!   - name: KPLUG_ADVERTISE
+//!     value: $(POD_IP):50052
+//! ```
+//!
+//! When such a pod stops, no call is lost: on SIGTERM the SDK first tells
+//! every kplug replica that the instance is draining (a heartbeat with
+//! `draining` set, bounded by
+//! [`DRAIN_NOTICE_TIMEOUT`](heartbeat::DRAIN_NOTICE_TIMEOUT) so a kplug that
+//! is down does not hold shutdown up) and keeps serving the calls that
+//! still arrive; then it stops accepting connections and lets the calls in
+//! flight finish (`--drain-timeout`); then it deregisters. kplug routes new
+//! calls to the other instances meanwhile. A kplug from before instances
+//! (without the `Instances` capability) ignores the instance fields; the SDK
+//! deregisters from it first instead, as it always did.
+//!
+//! kplug itself may run as several replicas, each with its own registry:
+//! point `--registry` at a name that resolves to all of them (a headless
+//! Service) and the SDK heartbeats to each, following the name as replicas
+//! come and go; see [`heartbeat`].
+//!
+//! # Serving TLS to kplug (mutual TLS)
+//!
+//! By default a plugin serves plain gRPC. With `--tls-cert-file`,
+//! `--tls-key-file` and `--client-ca-file` it serves TLS and accepts only
+//! callers presenting a certificate signed by the client CA (kplug's
+//! client certificate); the files are read again when they change, so
+//! certificates renewed by cert-manager or the kubelet need no restart.
+//! `--server-name` tells kplug which name to verify in the certificate when
+//! it differs from the advertised host, e.g. a Service name while the pod's
+//! IP is advertised. A certificate without a client CA is refused at start
+//! unless `--allow-unauthenticated-clients` says so. See [`Config`].
+//!
+//! ```text
+//! KPLUG_TLS_CERT_FILE=/var/run/tls/tls.crt
+//! KPLUG_TLS_KEY_FILE=/var/run/tls/tls.key
+//! KPLUG_CLIENT_CA_FILE=/var/run/kplug/client-ca/ca.crt
+//! KPLUG_SERVER_NAME=hello.plugins.svc
+//! ```
+//!
+//! kubelet gRPC probes cannot present a client certificate: with mutual
+//! TLS, probe the port with a TCP probe instead.
+//!
 //! [`Heartbeater`] alone keeps a registration alive for programs that serve
 //! the gRPC contract ([`proto`]) themselves; its
 //! [`token_file`](Heartbeater::token_file) and
-//! [`registry_ca`](Heartbeater::registry_ca) do the same.
+//! [`registry_ca`](Heartbeater::registry_ca) do the same, and
+//! [`Heartbeater::start`] gives them the draining step of the shutdown
+//! order.
 
 mod config;
 mod error;
@@ -134,7 +197,7 @@ mod signal;
 
 pub use config::{Config, DEFAULT_DRAIN_TIMEOUT, DEFAULT_LISTEN, parse_duration};
 pub use error::Error;
-pub use heartbeat::{Heartbeater, Status};
+pub use heartbeat::{Heartbeater, Status, default_instance};
 pub use info::{ApiRef, Extension, PluginInfo};
 /// The generated gRPC contract, for plugins that need more than the SDK wraps.
 pub use kplug_proto as proto;

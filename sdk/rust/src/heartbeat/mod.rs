@@ -9,34 +9,77 @@
 //! ([`Heartbeater::token_file`]); see [`Config`](crate::Config) for the
 //! details.
 //!
-//! Inside, `session` is the loop's state and what each answer does to it,
-//! `timing` the backoff and jitter (pure), `token` the ServiceAccount token
-//! file and `endpoint` how the registry is dialed.
+//! # Every kplug replica
+//!
+//! Each kplug replica keeps its own registry in memory, so the plugin must
+//! heartbeat to all of them. When the registry's host is a name, it is
+//! resolved ([`SystemResolver`] unless [`Heartbeater::resolver`] says
+//! otherwise) and every address it resolves to gets its own heartbeats: a
+//! headless Service in front of kplug resolves to one address per ready
+//! replica. The name is resolved again every [`RESOLVE_INTERVAL`] (30 s;
+//! sooner, with the failure backoff, while it resolves to nothing): new
+//! addresses start getting heartbeats at once, vanished ones stop getting
+//! them, without a deregistration, as their replica is gone. A failed
+//! resolution keeps the replicas known. TLS still verifies kplug's
+//! certificate against the host name given, whichever address is dialed.
+//! A registry given as an IP address, or a name that resolves to a single
+//! address (a ClusterIP Service), gets one set of heartbeats, as before.
+//! [`Status`] sums the replicas up: the plugin counts as registered as soon
+//! as one replica accepted it, and [`Status::replicas`] tells them apart.
+//!
+//! # Instances and shutdown
+//!
+//! Several processes (pods) may serve one plugin, each heartbeating under
+//! the plugin's name with its own [`instance`](Heartbeater::instance) and
+//! address; kplug spreads calls over the ready ones. On shutdown,
+//! [`Heartbeats::drain`] tells every replica that this instance is
+//! draining, so that kplug sends it no new calls while the ones in flight
+//! finish; [`Heartbeats::stop`] deregisters it afterwards. A kplug without
+//! the `Instances` capability ignores `draining`: the instance deregisters
+//! from it at `drain` instead, as plugins did before instances.
+//!
+//! Inside, `fleet` follows the replicas and walks them through shutdown,
+//! `session` heartbeats to one replica, `status` sums them up, `resolve`
+//! finds the replicas, `timing` has the backoff and jitter (pure), `token`
+//! the ServiceAccount token file and `endpoint` how the registry is dialed.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use tokio::sync::watch;
-use tonic::Code;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, warn};
 
 use crate::{Error, PluginInfo};
-use session::Session;
-use token::TokenFile;
+use fleet::Fleet;
+use session::Phase;
 
 mod endpoint;
+mod fleet;
+mod resolve;
 mod session;
+mod status;
 mod timing;
 mod token;
 
-pub(crate) use endpoint::endpoint;
+pub(crate) use endpoint::Target;
+pub use fleet::{DRAIN_NOTICE_TIMEOUT, Heartbeats};
+pub use resolve::{Resolve, Resolving, SystemResolver};
+pub use status::{Outcome, Replica, Status};
 
 /// Assumed until the registry answers; matches the registry's own default.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often the registry's host name is resolved again to follow kplug's
+/// replicas coming and going; see [`Heartbeater::resolve_interval`]. Fixed
+/// rather than tied to the heartbeat interval, so a registry that asks for
+/// frequent heartbeats does not turn into frequent DNS lookups too.
+pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Keeps a plugin registered with kplug until shutdown.
 ///
@@ -73,6 +116,10 @@ pub struct Heartbeater {
     interval: Option<Duration>,
     token_file: Option<PathBuf>,
     registry_ca: Option<Vec<u8>>,
+    instance: String,
+    server_name: String,
+    resolver: Arc<dyn Resolve>,
+    resolve_interval: Duration,
     status: watch::Sender<Status>,
 }
 
@@ -84,6 +131,9 @@ impl fmt::Debug for Heartbeater {
             .field("interval", &self.interval)
             .field("token_file", &self.token_file)
             .field("registry_ca", &self.registry_ca.as_ref().map(|_| "PEM"))
+            .field("instance", &self.instance)
+            .field("server_name", &self.server_name)
+            .field("resolve_interval", &self.resolve_interval)
             .finish_non_exhaustive()
     }
 }
@@ -101,8 +151,50 @@ impl Heartbeater {
             interval: None,
             token_file: None,
             registry_ca: None,
+            instance: String::new(),
+            server_name: String::new(),
+            resolver: Arc::new(SystemResolver),
+            resolve_interval: RESOLVE_INTERVAL,
             status: watch::Sender::new(Status::default()),
         }
+    }
+
+    /// Names the instance of the plugin this process is, e.g. its pod's
+    /// name, in every heartbeat and the deregistration. Empty, the default
+    /// here, means the address names the instance, as before instances;
+    /// [`Config`](crate::Config) defaults to [`default_instance`].
+    #[must_use]
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
+    }
+
+    /// The name kplug verifies in the plugin's serving certificate when it
+    /// calls over TLS, sent with every heartbeat; empty, the default, means
+    /// the host of the advertised address.
+    #[must_use]
+    pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
+        self.server_name = server_name.into();
+        self
+    }
+
+    /// Resolves the registry's host with `resolver` instead of the
+    /// system's; see [`Resolve`].
+    #[must_use]
+    pub fn resolver(mut self, resolver: impl Resolve) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// How often the registry's host name is resolved again to follow
+    /// kplug's replicas; [`RESOLVE_INTERVAL`] by default, and zero is
+    /// ignored. Without effect for a registry given as an IP address.
+    #[must_use]
+    pub fn resolve_interval(mut self, interval: Duration) -> Self {
+        if !interval.is_zero() {
+            self.resolve_interval = interval;
+        }
+        self
     }
 
     /// Sends the Kubernetes ServiceAccount token in the file at `path` as
@@ -156,106 +248,98 @@ impl Heartbeater {
     /// at the interval. So this only returns early when the registry
     /// address or its TLS settings are invalid.
     ///
+    /// There is no draining step here; a program that serves calls itself
+    /// and wants kplug to stop sending them before it stops accepting uses
+    /// [`start`](Self::start).
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidRegistryAddress`] when the registry address cannot
     /// be dialed, [`Error::RegistryTls`] for an `https://` registry without
     /// a usable [`registry_ca`](Self::registry_ca); nothing is sent then.
+    /// [`Error::Task`] if the heartbeats panic.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let endpoint = endpoint(&self.registry, self.registry_ca.as_deref())?;
+        let mut heartbeats = self.start()?;
+        let shutdown = pin!(shutdown);
+        tokio::select! {
+            biased;
+            () = shutdown => {}
+            ended = heartbeats.ended() => return ended,
+        }
+        heartbeats.stop().await
+    }
+
+    /// Starts heartbeating in the background; the returned handle drains
+    /// and stops it. Must be called within a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), before anything is sent.
+    pub fn start(self) -> Result<Heartbeats, Error> {
+        let target = Target::parse(&self.registry, self.registry_ca.as_deref())?;
         let span =
             tracing::info_span!("heartbeat", plugin = %self.info.name, registry = %self.registry);
-        let plain = endpoint.uri().scheme_str() == Some("http");
-        let ca_ignored = plain && self.registry_ca.is_some();
-        let mut session = Session {
-            client: RegistryClient::new(endpoint.connect_lazy()),
-            endpoint,
-            request: self.info.heartbeat_request(self.interval),
-            interval: self.interval.unwrap_or(DEFAULT_INTERVAL),
-            token: self.token_file.map(TokenFile::new),
-            uid: None,
-            failures: 0,
-            status: self.status,
-        };
-        async move {
-            if ca_ignored {
+        span.in_scope(|| {
+            if target.is_plain() && self.registry_ca.is_some() {
                 warn!("ignoring the registry CA: the registry address is plain http://");
             }
-            if let Some(token) = session.token.as_ref().filter(|_| plain) {
+            if let Some(token_file) = self.token_file.as_ref().filter(|_| target.is_plain()) {
                 warn!(
-                    token_file = %token.path.display(),
+                    token_file = %token_file.display(),
                     "sending the ServiceAccount token over plain http://; use https://"
                 );
             }
-            let mut shutdown = pin!(shutdown);
-            loop {
-                // A heartbeat in flight at shutdown is abandoned: the
-                // deregistration that follows supersedes it.
-                let delay = tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    delay = session.heartbeat() => delay,
-                };
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-            session.deregister().await;
-        }
-        .instrument(span)
-        .await;
-        Ok(())
+        });
+        let mut request = self.info.heartbeat_request(self.interval);
+        request.instance = self.instance;
+        request.server_name = self.server_name;
+        let status = Arc::new(self.status);
+        let (phase, phase_receiver) = watch::channel(Phase::Serving);
+        let fleet = Fleet {
+            target,
+            request,
+            interval: self.interval.unwrap_or(DEFAULT_INTERVAL),
+            token_file: self.token_file,
+            resolver: self.resolver,
+            resolve_interval: self.resolve_interval,
+            status: Arc::clone(&status),
+            sessions: BTreeMap::new(),
+            failures: 0,
+        };
+        let task = tokio::spawn(fleet.run(phase_receiver).instrument(span));
+        Ok(Heartbeats {
+            phase,
+            status,
+            task: Some(AbortOnDropHandle::new(task)),
+        })
     }
 }
 
-/// What the heartbeats have achieved so far; see [`Heartbeater::status`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Status {
-    /// The registration's uid per the registry's last answer: set by an
-    /// accepted heartbeat, cleared by a refusal or deregistration. Failed
-    /// heartbeats leave it alone, as the registration outlives them until
-    /// its TTL passes.
-    pub uid: Option<String>,
-    /// The heartbeat interval the registry last asked for.
-    pub interval: Option<Duration>,
-    /// How long the registry keeps the registration without heartbeats, per
-    /// its last accepted answer.
-    pub ttl: Option<Duration>,
-    /// The outcome of the latest heartbeat; `None` before the first one.
-    pub last: Option<Outcome>,
-    /// Heartbeats that failed in a row; any answer from the registry resets it.
-    pub consecutive_failures: u32,
-    /// The loop has ended and deregistration was attempted.
-    pub stopped: bool,
+/// The instance name [`Config`](crate::Config) uses when none is given:
+/// the `POD_NAME` environment variable (set it from the pod's
+/// `metadata.name` with the downward API), else none, so that the address
+/// names the instance. Not the host name: processes on one machine, or
+/// pods with `hostNetwork`, share it and would take turns being one
+/// instance.
+pub fn default_instance() -> String {
+    choose_instance(std::env::var("POD_NAME").ok())
 }
 
-/// How one heartbeat went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The registry recorded the heartbeat.
-    Accepted,
-    /// The registry answered but did not record the heartbeat, e.g. because
-    /// another plugin holds the name, or refused the call as
-    /// `UNAUTHENTICATED` (no or an invalid ServiceAccount token) or
-    /// `PERMISSION_DENIED` (the token's identity may not heartbeat under
-    /// this name). Retried at the interval.
-    Refused {
-        /// Machine-readable, e.g. `AddressConflict`; `Unauthenticated` and
-        /// `PermissionDenied` for the gRPC refusals.
-        reason: String,
-        /// Human-readable explanation.
-        message: String,
-    },
-    /// The registry could not be reached or the call failed. Retried with
-    /// backoff.
-    Failed {
-        /// The gRPC status code; `DeadlineExceeded` when no answer came in time.
-        code: Code,
-        /// The error's description.
-        message: String,
-    },
+/// `pod_name` unless blank.
+fn choose_instance(pod_name: Option<String>) -> String {
+    pod_name
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_defaults() {
+        assert_eq!(choose_instance(Some("pod-1\n".to_owned())), "pod-1");
+        assert_eq!(choose_instance(Some(" ".to_owned())), "");
+        assert_eq!(choose_instance(None), "");
+    }
 }

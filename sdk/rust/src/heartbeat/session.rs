@@ -1,6 +1,8 @@
-//! The running heartbeat loop's state, and what each answer from the
-//! registry (or its silence) does to it.
+//! Heartbeating to one kplug replica: the loop's state, what each answer
+//! from the registry (or its silence) does to it, and the shutdown steps.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
@@ -10,9 +12,9 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
+use super::status::{Outcome, Replica, Status};
 use super::timing::{backoff, jitter, positive};
 use super::token::TokenFile;
-use super::{Outcome, Status};
 
 /// Lower bound on how long a heartbeat may take. Below it, a busy registry
 /// would look down to plugins with very short intervals.
@@ -20,20 +22,177 @@ const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shutdown waits at most this long to deregister; past it, kplug drops the
 /// registration when its TTL passes anyway.
 const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The capability of a kplug that tells instances apart and honours
+/// `draining`.
+pub(super) const INSTANCES: &str = "Instances";
 
-/// The running loop's state.
+/// How far shutdown has come; every session follows it. It only moves
+/// forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Phase {
+    /// Heartbeating.
+    Serving,
+    /// Telling kplug that the instance is draining, then heartbeating so.
+    Draining,
+    /// Deregistering, then done.
+    Stopping,
+}
+
+/// Waits for the phase to move on; a vanished sender means stopping.
+pub(super) async fn next(phase: &mut watch::Receiver<Phase>) -> Phase {
+    match phase.changed().await {
+        Ok(()) => *phase.borrow_and_update(),
+        Err(_) => Phase::Stopping,
+    }
+}
+
+/// Sleeps for `delay`, or for ever without one.
+async fn sleep(delay: Option<Duration>) {
+    match delay {
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The heartbeats to one replica.
 pub(super) struct Session {
-    pub(super) client: RegistryClient<Channel>,
-    pub(super) endpoint: Endpoint,
-    pub(super) request: HeartbeatRequest,
-    pub(super) interval: Duration,
-    pub(super) token: Option<TokenFile>,
-    pub(super) uid: Option<String>,
-    pub(super) failures: u32,
-    pub(super) status: watch::Sender<Status>,
+    address: SocketAddr,
+    client: RegistryClient<Channel>,
+    endpoint: Endpoint,
+    request: HeartbeatRequest,
+    interval: Duration,
+    token: Option<TokenFile>,
+    uid: Option<String>,
+    failures: u32,
+    /// The replica announced [`INSTANCES`] in its last answer.
+    instances: bool,
+    /// The last heartbeat got no answer (it failed, timed out or was
+    /// abandoned): it may have registered the instance all the same.
+    unanswered: bool,
+    status: Arc<watch::Sender<Status>>,
 }
 
 impl Session {
+    pub(super) fn new(
+        address: SocketAddr,
+        endpoint: Endpoint,
+        request: HeartbeatRequest,
+        interval: Duration,
+        token: Option<TokenFile>,
+        status: Arc<watch::Sender<Status>>,
+    ) -> Self {
+        Self {
+            address,
+            client: RegistryClient::new(endpoint.connect_lazy()),
+            endpoint,
+            request,
+            interval,
+            token,
+            uid: None,
+            failures: 0,
+            instances: false,
+            unanswered: false,
+            status,
+        }
+    }
+
+    /// Heartbeats until the phase moves on: while serving, then while
+    /// draining; then deregisters.
+    pub(super) async fn run(mut self, mut phase: watch::Receiver<Phase>) {
+        let mut current = *phase.borrow_and_update();
+        while current == Phase::Serving {
+            // A heartbeat in flight when shutdown begins is abandoned: the
+            // draining heartbeat or the deregistration supersedes it.
+            let delay = tokio::select! {
+                biased;
+                moved = next(&mut phase) => {
+                    current = moved;
+                    continue;
+                }
+                delay = self.heartbeat() => delay,
+            };
+            tokio::select! {
+                biased;
+                moved = next(&mut phase) => current = moved,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+        let mut deregistered = false;
+        if current == Phase::Draining {
+            (current, deregistered) = self.drain(&mut phase).await;
+        }
+        debug_assert_eq!(current, Phase::Stopping);
+        if !deregistered {
+            self.deregister().await;
+        }
+    }
+
+    /// Tells the replica that the instance is draining, so that it routes
+    /// no new calls here, and keeps heartbeating so until stopping. A
+    /// replica not known to have [`INSTANCES`] (kplug before instances, or
+    /// one that never answered) might ignore `draining`: the instance is
+    /// deregistered from it now instead, which stops its calls either way.
+    /// Returns the next phase and whether the instance was deregistered.
+    async fn drain(&mut self, phase: &mut watch::Receiver<Phase>) -> (Phase, bool) {
+        self.request.draining = true;
+        let mut deregistered = false;
+        let mut delay = if self.uid.is_none() && !self.unanswered {
+            // Refused, or never sent: nothing to tell, and registering a
+            // draining instance would serve no one.
+            debug!("not registered with this replica; nothing to tell");
+            None
+        } else if self.instances {
+            let delay = tokio::select! {
+                biased;
+                moved = next(phase) => {
+                    self.drain_notified();
+                    return (moved, false);
+                }
+                delay = self.heartbeat() => delay,
+            };
+            if self.failures == 0 {
+                info!("told kplug that this instance is draining");
+            }
+            Some(delay)
+        } else {
+            info!(
+                "this kplug is not known to tell instances apart (no {INSTANCES:?} capability): \
+                 deregistering before draining calls"
+            );
+            self.deregister().await;
+            deregistered = true;
+            None
+        };
+        self.drain_notified();
+        loop {
+            let moved = tokio::select! {
+                biased;
+                moved = next(phase) => moved,
+                () = sleep(delay) => {
+                    delay = Some(tokio::select! {
+                        biased;
+                        moved = next(phase) => return (moved, deregistered),
+                        delay = self.heartbeat() => delay,
+                    });
+                    continue;
+                }
+            };
+            if moved == Phase::Stopping {
+                return (moved, deregistered);
+            }
+        }
+    }
+
+    fn drain_notified(&self) {
+        self.update(|replica| replica.drain_notified = true);
+    }
+
+    /// Applies `update` to this replica's entry in the status.
+    fn update(&self, update: impl FnOnce(&mut Replica)) {
+        self.status
+            .send_modify(|status| status.update_replica(self.address, update));
+    }
+
     /// `message` as a request, with the token when there is one.
     async fn request<T>(&mut self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -48,9 +207,11 @@ impl Session {
     }
 
     /// Sends one heartbeat and returns how long to wait for the next.
-    pub(super) async fn heartbeat(&mut self) -> Duration {
+    async fn heartbeat(&mut self) -> Duration {
         let timeout = self.interval.max(MIN_HEARTBEAT_TIMEOUT);
         let request = self.request(self.request.clone()).await;
+        // Until an answer says otherwise.
+        self.unanswered = true;
         let call = self.client.heartbeat(request);
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => self.answered(reply.into_inner()),
@@ -84,6 +245,10 @@ impl Session {
             self.interval = interval;
         }
         self.reachable();
+        self.instances = reply
+            .server_protocol
+            .as_ref()
+            .is_some_and(|protocol| protocol.capabilities.iter().any(|c| c == INSTANCES));
         let outcome = if reply.accepted {
             match self.uid.as_deref() {
                 Some(uid) if uid == reply.uid => debug!("heartbeat accepted"),
@@ -112,14 +277,16 @@ impl Session {
             }
         };
         let ttl = reply.ttl.and_then(positive);
-        self.status.send_modify(|status| {
-            status.uid.clone_from(&self.uid);
-            status.interval = asked.or(status.interval);
+        let (uid, instances) = (self.uid.clone(), self.instances);
+        self.update(|replica| {
+            replica.uid = uid;
+            replica.interval = asked.or(replica.interval);
             if outcome == Outcome::Accepted {
-                status.ttl = ttl;
+                replica.ttl = ttl;
             }
-            status.last = Some(outcome);
-            status.consecutive_failures = 0;
+            replica.last = Some(outcome);
+            replica.consecutive_failures = 0;
+            replica.instances = instances;
         });
         jitter(self.interval)
     }
@@ -141,19 +308,20 @@ impl Session {
             "kplug refused the heartbeat: {message}"
         );
         self.uid = None;
-        self.status.send_modify(|status| {
-            status.uid = None;
-            status.last = Some(Outcome::Refused {
+        self.update(|replica| {
+            replica.uid = None;
+            replica.last = Some(Outcome::Refused {
                 reason: reason.to_owned(),
                 message,
             });
-            status.consecutive_failures = 0;
+            replica.consecutive_failures = 0;
         });
         jitter(self.interval)
     }
 
     /// Any answer from the registry ends a run of failures.
     fn reachable(&mut self) {
+        self.unanswered = false;
         if self.failures > 0 {
             info!(failures = self.failures, "registry reachable again");
             self.failures = 0;
@@ -170,15 +338,16 @@ impl Session {
             retry_in = ?delay,
             "heartbeat failed"
         );
-        self.status.send_modify(|status| {
-            status.last = Some(Outcome::Failed { code, message });
-            status.consecutive_failures = self.failures;
+        let failures = self.failures;
+        self.update(|replica| {
+            replica.last = Some(Outcome::Failed { code, message });
+            replica.consecutive_failures = failures;
         });
         delay
     }
 
     /// Best effort: the registry drops the registration at its TTL anyway.
-    pub(super) async fn deregister(&mut self) {
+    async fn deregister(&mut self) {
         let message = DeregisterRequest {
             name: self.request.name.clone(),
             address: self.request.address.clone(),
@@ -202,10 +371,8 @@ impl Session {
                  when its TTL passes"
             ),
         }
-        self.status.send_modify(|status| {
-            status.uid = None;
-            status.stopped = true;
-        });
+        self.uid = None;
+        self.update(|replica| replica.uid = None);
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Inside, `service` is the gRPC service that calls the author's plugin,
 //! `wire` converts between protobuf messages and the author's types,
-//! `deadline` works out when a call must give up, and `address` settles
-//! the address the plugin declares. All but `service` are pure.
+//! `deadline` works out when a call must give up, `address` settles the
+//! address the plugin declares, and `tls` serves TLS from files that may
+//! change. `wire`, `deadline` and `address` are pure.
 
 use std::fmt;
 use std::future::Future;
@@ -25,17 +26,19 @@ use crate::heartbeat::{self, Heartbeater, Status};
 use crate::{Config, Error, Plugin, PluginInfo};
 use address::advertised_address;
 use service::{Service, stamp_arrival};
+use tls::{ServingTls, TlsFiles};
 
 mod address;
 mod deadline;
 mod service;
+mod tls;
 mod wire;
 
 /// Announced on the plugin's behalf: the SDK serves both RPCs and passes
 /// `dry_run` through.
 const CAPABILITIES: [&str; 3] = ["Reconcile", "Finalize", "DryRun"];
-/// How long shutdown waits for the heartbeat loop to deregister. The loop
-/// bounds its own deregistration; this only guards against a wedged task.
+/// How long shutdown waits for the heartbeats to deregister. Each bounds its
+/// own deregistration; this only guards against a wedged task.
 const DEREGISTER_WAIT: Duration = Duration::from_secs(5);
 /// The gRPC name under which health reports the Plugin service.
 const SERVICE_NAME: &str = "kplug.v1alpha1.Plugin";
@@ -100,8 +103,10 @@ pub struct Server<P> {
     listener: TcpListener,
     local_addr: SocketAddr,
     info: PluginInfo,
+    instance: String,
     heartbeater: Heartbeater,
     drain_timeout: Duration,
+    tls: Option<Arc<ServingTls>>,
 }
 
 impl<P> fmt::Debug for Server<P> {
@@ -109,7 +114,9 @@ impl<P> fmt::Debug for Server<P> {
         f.debug_struct("Server")
             .field("local_addr", &self.local_addr)
             .field("info", &self.info)
+            .field("instance", &self.instance)
             .field("drain_timeout", &self.drain_timeout)
+            .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -122,13 +129,19 @@ impl<P: Plugin> Server<P> {
     /// listening address (with an unspecified IP such as `0.0.0.0` replaced
     /// by loopback, which only kplug on the same host can reach). A missing
     /// port or port 0 in it becomes the port actually bound. The
-    /// capabilities `Reconcile`, `Finalize` and `DryRun` are added.
+    /// capabilities `Reconcile`, `Finalize` and `DryRun` are added. The
+    /// instance is `config.instance`, else [`heartbeat::default_instance`].
+    ///
+    /// With `config.tls_cert_file`, the certificate, key and client CA are
+    /// read and checked here; see [`Config`] for TLS.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidRegistryAddress`], [`Error::ReadRegistryCa`],
     /// [`Error::RegistryTls`] (e.g. an `https://` registry without a CA
-    /// file), [`Error::Bind`] and [`Error::InvalidAdvertiseAddress`].
+    /// file), [`Error::ServeTls`] and [`Error::ReadTlsFile`] (e.g. a
+    /// certificate without a client CA), [`Error::Bind`] and
+    /// [`Error::InvalidAdvertiseAddress`].
     pub async fn bind(plugin: P, mut info: PluginInfo, config: Config) -> Result<Self, Error> {
         // Checked before binding: a plugin that cannot heartbeat is useless.
         let registry_ca = match &config.registry_ca_file {
@@ -144,7 +157,11 @@ impl<P: Plugin> Server<P> {
             }
             None => None,
         };
-        heartbeat::endpoint(&config.registry, registry_ca.as_deref())?;
+        heartbeat::Target::parse(&config.registry, registry_ca.as_deref())?;
+        let tls = match TlsFiles::from_config(&config)? {
+            Some(files) => Some(Arc::new(ServingTls::load(files).await?)),
+            None => None,
+        };
         let bind_error = |source| Error::Bind {
             address: config.listen,
             source,
@@ -164,7 +181,10 @@ impl<P: Plugin> Server<P> {
                 info.capabilities.push(capability.to_owned());
             }
         }
-        let mut heartbeater = Heartbeater::new(config.registry, info.clone());
+        let instance = config.instance.unwrap_or_else(heartbeat::default_instance);
+        let mut heartbeater = Heartbeater::new(config.registry, info.clone())
+            .instance(instance.clone())
+            .server_name(config.server_name.unwrap_or_default());
         if let Some(interval) = config.heartbeat_interval {
             heartbeater = heartbeater.interval(interval);
         }
@@ -179,8 +199,10 @@ impl<P: Plugin> Server<P> {
             listener,
             local_addr,
             info,
+            instance,
             heartbeater,
             drain_timeout: config.drain_timeout,
+            tls,
         })
     }
 
@@ -195,16 +217,30 @@ impl<P: Plugin> Server<P> {
         &self.info
     }
 
+    /// The instance the heartbeats name; empty when the address does.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     /// Observes the heartbeats; see [`Heartbeater::status`].
     pub fn heartbeat_status(&self) -> watch::Receiver<Status> {
         self.heartbeater.status()
     }
 
     /// Serves the Plugin service and gRPC health, and heartbeats, until
-    /// `shutdown` resolves. Then, in this order: stops heartbeating and
-    /// deregisters, so kplug routes no new calls here; reports NOT_SERVING;
-    /// stops accepting connections and lets in-flight calls finish within
-    /// the drain timeout; returns.
+    /// `shutdown` resolves. Then, in this order, so that no call is lost
+    /// when one of several instances stops:
+    ///
+    /// 1. tells every kplug replica that this instance is draining, so that
+    ///    kplug sends it no new calls (within
+    ///    [`DRAIN_NOTICE_TIMEOUT`](heartbeat::DRAIN_NOTICE_TIMEOUT), so a
+    ///    kplug that is down does not hold shutdown up); a kplug without the
+    ///    `Instances` capability is deregistered from instead. Calls that
+    ///    arrive meanwhile are served;
+    /// 2. reports NOT_SERVING, stops accepting connections (closing the
+    ///    port) and lets in-flight calls finish within the drain timeout;
+    /// 3. deregisters the instance;
+    /// 4. returns.
     ///
     /// # Errors
     ///
@@ -212,7 +248,12 @@ impl<P: Plugin> Server<P> {
     /// heartbeats. Calls still running when the drain timeout passes are
     /// cancelled, which is not an error.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
-        let span = info_span!("plugin", name = %self.info.name, address = %self.info.address);
+        let span = info_span!(
+            "plugin",
+            name = %self.info.name,
+            address = %self.info.address,
+            instance = %self.instance,
+        );
         self.run_inner(shutdown).instrument(span).await
     }
 
@@ -222,8 +263,10 @@ impl<P: Plugin> Server<P> {
             listener,
             local_addr,
             info,
+            instance: _,
             heartbeater,
             drain_timeout,
+            tls,
         } = self;
 
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -236,22 +279,29 @@ impl<P: Plugin> Server<P> {
         let router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(service);
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut server = AbortOnDropHandle::new(tokio::spawn(router.serve_with_incoming_shutdown(
-            incoming,
-            async {
-                let _ = drained.await;
-            },
-        )));
-        let (stop_heartbeats, heartbeats_stopped) = oneshot::channel::<()>();
-        let mut heartbeats = AbortOnDropHandle::new(tokio::spawn(
-            heartbeater
-                .run(async {
-                    let _ = heartbeats_stopped.await;
-                })
-                .in_current_span(),
-        ));
-        info!(%local_addr, address = %info.address, "serving");
+        // Tonic drops the incoming connections, closing the port, when
+        // `drained` fires.
+        let stop_accepting = async {
+            let _ = drained.await;
+        };
+        let mut server = AbortOnDropHandle::new(match &tls {
+            None => {
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_accepting))
+            }
+            Some(tls) => {
+                let incoming = tls::incoming(listener, Arc::clone(tls));
+                tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_accepting))
+            }
+        });
+        let mut heartbeats = heartbeater.start()?;
+        info!(
+            %local_addr,
+            address = %info.address,
+            tls = tls.is_some(),
+            client_certificates = tls.as_ref().is_some_and(|tls| tls.verifies_clients()),
+            "serving"
+        );
 
         // Either task ending on its own is a failure; shutdown proceeds
         // without waiting for the one that ended.
@@ -259,26 +309,18 @@ impl<P: Plugin> Server<P> {
         let mut server_ended = None;
         let mut heartbeats_ended = None;
         tokio::select! {
-            () = &mut shutdown => info!("deregistering, then draining in-flight calls"),
+            () = &mut shutdown => info!(
+                "shutting down: telling kplug, then draining in-flight calls, then deregistering"
+            ),
             ended = &mut server => server_ended = Some(ended),
-            ended = &mut heartbeats => heartbeats_ended = Some(ended),
+            ended = heartbeats.ended() => heartbeats_ended = Some(ended),
         }
 
-        // Deregister first: kplug stops routing new calls here, while the
-        // server still answers the ones already on their way.
-        let heartbeat_result = match heartbeats_ended {
-            Some(ended) => flatten(ended, |error| error),
-            None => {
-                let _ = stop_heartbeats.send(());
-                match tokio::time::timeout(DEREGISTER_WAIT, &mut heartbeats).await {
-                    Ok(ended) => flatten(ended, |error| error),
-                    Err(_) => {
-                        warn!("the heartbeat loop did not stop in time; abandoning it");
-                        Ok(())
-                    }
-                }
-            }
-        };
+        // Draining first: kplug stops routing new calls here, while the
+        // server still answers those already on their way.
+        if server_ended.is_none() && heartbeats_ended.is_none() {
+            heartbeats.drain().await;
+        }
         for name in [SERVICE_NAME, ""] {
             health
                 .set_service_status(name, ServingStatus::NotServing)
@@ -304,6 +346,18 @@ impl<P: Plugin> Server<P> {
                     }
                 }
             }
+        };
+
+        // Deregistering last: nothing is left for kplug to call.
+        let heartbeat_result = match heartbeats_ended {
+            Some(ended) => ended,
+            None => match tokio::time::timeout(DEREGISTER_WAIT, heartbeats.stop()).await {
+                Ok(stopped) => stopped,
+                Err(_) => {
+                    warn!("the heartbeats did not stop in time; abandoning them");
+                    Ok(())
+                }
+            },
         };
         info!("stopped");
         server_result.and(heartbeat_result)

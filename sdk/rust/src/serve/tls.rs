@@ -1,0 +1,348 @@
+//! Serving the Plugin service over TLS: the certificate, key and client CA
+//! read from files, read again for every new connection so that rotated
+//! material is used without a restart, and the accept loop that hands
+//! tonic the connections whose handshake succeeded.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, info, warn};
+
+use crate::{Config, Error};
+
+/// Bounds a TLS handshake, so a client that connects and says nothing does
+/// not hold a task for ever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed `accept` (e.g. out of file descriptors), how long to wait
+/// before the next, so a lasting failure does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// Finished handshakes waiting for tonic to take them.
+const BACKLOG: usize = 16;
+
+/// The files TLS is served from.
+#[derive(Clone, Debug)]
+pub(super) struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// The files `config` names; `None` for plain gRPC.
+    pub(super) fn from_config(config: &Config) -> Result<Option<Self>, Error> {
+        let refuse = |reason: &str| Error::ServeTls {
+            reason: reason.to_owned(),
+        };
+        let (cert, key) = match (&config.tls_cert_file, &config.tls_key_file) {
+            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+            (None, None) if config.client_ca_file.is_some() => {
+                return Err(refuse(
+                    "--client-ca-file (KPLUG_CLIENT_CA_FILE) verifies callers over TLS only: set \
+                     --tls-cert-file and --tls-key-file too",
+                ));
+            }
+            (None, None) => return Ok(None),
+            (Some(_), None) => {
+                return Err(refuse(
+                    "--tls-cert-file needs its private key: set --tls-key-file (KPLUG_TLS_KEY_FILE)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(refuse(
+                    "--tls-key-file needs its certificate: set --tls-cert-file (KPLUG_TLS_CERT_FILE)",
+                ));
+            }
+        };
+        match (&config.client_ca_file, config.allow_unauthenticated_clients) {
+            (None, false) => Err(refuse(
+                "serving TLS without --client-ca-file (KPLUG_CLIENT_CA_FILE) would accept calls from \
+                 anyone who reaches the port: set it to the CA of kplug's client certificate, or pass \
+                 --allow-unauthenticated-clients (KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS=true) to mean it",
+            )),
+            (Some(_), true) => Err(refuse(
+                "--allow-unauthenticated-clients contradicts --client-ca-file, which requires client \
+                 certificates; drop one",
+            )),
+            (client_ca, _) => Ok(Some(Self {
+                cert,
+                key,
+                client_ca: client_ca.clone(),
+            })),
+        }
+    }
+}
+
+/// What the files held.
+#[derive(Clone, PartialEq, Eq)]
+struct Pem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+/// The TLS configuration served, kept in step with the files.
+pub(super) struct ServingTls {
+    files: TlsFiles,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// What the configuration in use was built from.
+    loaded: Pem,
+    config: Arc<ServerConfig>,
+    /// Contents that did not load, and why, so that they are neither
+    /// retried nor reported with every connection.
+    rejected: Option<(Pem, String)>,
+}
+
+impl ServingTls {
+    /// Reads and checks the files; at start, any problem is an error.
+    pub(super) async fn load(files: TlsFiles) -> Result<Self, Error> {
+        let pem = read(&files).await?;
+        let config = build(&pem).map_err(|reason| Error::ServeTls { reason })?;
+        Ok(Self {
+            files,
+            state: Mutex::new(State {
+                loaded: pem,
+                config: Arc::new(config),
+                rejected: None,
+            }),
+        })
+    }
+
+    /// Whether callers must present a client certificate.
+    pub(super) fn verifies_clients(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// The configuration for a new connection: from the files as they are
+    /// now when that loads, else the last one that did.
+    async fn current(&self) -> Arc<ServerConfig> {
+        let mut state = self.state.lock().await;
+        let problem = match read(&self.files).await {
+            Ok(pem) if pem == state.loaded => None,
+            Ok(pem) if state.rejected.as_ref().is_some_and(|(r, _)| *r == pem) => None,
+            Ok(pem) => match build(&pem) {
+                Ok(config) => {
+                    info!("serving the TLS certificate and client CA as changed on disk");
+                    state.loaded = pem;
+                    state.config = Arc::new(config);
+                    state.rejected = None;
+                    None
+                }
+                Err(reason) => {
+                    state.rejected = Some((pem, reason.clone()));
+                    Some(reason)
+                }
+            },
+            Err(error) => Some(error_chain(&error)),
+        };
+        if let Some(problem) = problem {
+            warn!(%problem, "cannot use the TLS files as they are now; keeping the previous ones");
+        }
+        Arc::clone(&state.config)
+    }
+}
+
+async fn read(files: &TlsFiles) -> Result<Pem, Error> {
+    async fn one(what: &'static str, path: &Path) -> Result<Vec<u8>, Error> {
+        tokio::fs::read(path)
+            .await
+            .map_err(|source| Error::ReadTlsFile {
+                what,
+                path: path.to_owned(),
+                source,
+            })
+    }
+    let client_ca = match &files.client_ca {
+        Some(path) => Some(one("client CA", path).await?),
+        None => None,
+    };
+    Ok(Pem {
+        cert: one("certificate", &files.cert).await?,
+        key: one("private key", &files.key).await?,
+        client_ca,
+    })
+}
+
+/// A rustls configuration serving HTTP/2 with the certificate and key,
+/// verifying clients against the client CA when there is one.
+fn build(pem: &Pem) -> Result<ServerConfig, String> {
+    let certificates = |what: &str, bytes: &[u8]| {
+        let certificates = rustls_pemfile::certs(&mut &bytes[..])
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the {what} is not valid PEM: {e}"))?;
+        if certificates.is_empty() {
+            return Err(format!(
+                "the {what} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+            ));
+        }
+        Ok(certificates)
+    };
+    let chain = certificates("certificate file", &pem.cert)?;
+    let key = rustls_pemfile::private_key(&mut &pem.key[..])
+        .map_err(|e| format!("the private key file is not valid PEM: {e}"))?
+        .ok_or("the private key file holds no PEM private key")?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &pem.client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for certificate in certificates("client CA file", ca)? {
+                roots.add(certificate).map_err(|e| {
+                    format!("the client CA file holds an unusable certificate: {e}")
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("cannot verify clients with the client CA: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the certificate and private key do not go together: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// The connections accepted on `listener` whose TLS handshake succeeded.
+/// Listening ends, closing the socket, when the stream is dropped: tonic
+/// drops it when it stops accepting.
+pub(super) fn incoming(
+    listener: TcpListener,
+    tls: Arc<ServingTls>,
+) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
+    let (connections, incoming) = mpsc::channel(BACKLOG);
+    tokio::spawn(async move {
+        // Dropped with the loop, which aborts handshakes under way.
+        let mut handshakes = JoinSet::new();
+        loop {
+            tokio::select! {
+                () = connections.closed() => return,
+                Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        handshakes.spawn(handshake(
+                            stream,
+                            peer,
+                            Arc::clone(&tls),
+                            connections.clone(),
+                        ));
+                    }
+                    Err(error) => {
+                        warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    }
+                },
+            }
+        }
+    });
+    ReceiverStream::new(incoming)
+}
+
+/// Completes the handshake of `stream` and hands it on; a client refused
+/// (e.g. without a certificate from the client CA) is logged.
+async fn handshake(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Arc<ServingTls>,
+    connections: mpsc::Sender<io::Result<TlsStream<TcpStream>>>,
+) {
+    let acceptor = TlsAcceptor::from(tls.current().await);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let _ = connections.send(Ok(stream)).await;
+        }
+        Ok(Err(error)) => info!(%peer, %error, "TLS handshake failed; connection refused"),
+        Err(_) => debug!(%peer, timeout = ?HANDSHAKE_TIMEOUT, "TLS handshake timed out"),
+    }
+}
+
+/// `error: cause: cause…`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::default()
+    }
+
+    fn reason(config: &Config) -> String {
+        match TlsFiles::from_config(config) {
+            Err(Error::ServeTls { reason }) => reason,
+            other => panic!("expected a TLS error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tls_settings_must_add_up() {
+        assert!(TlsFiles::from_config(&config()).unwrap().is_none());
+        // Harmless without TLS.
+        let allow = config().allow_unauthenticated_clients(true);
+        assert!(TlsFiles::from_config(&allow).unwrap().is_none());
+
+        let tls = config().tls("tls.crt", "tls.key");
+        assert!(reason(&tls).contains("--allow-unauthenticated-clients"));
+        assert!(reason(&tls).contains("KPLUG_CLIENT_CA_FILE"));
+        let files = TlsFiles::from_config(&tls.clone().client_ca_file("ca.crt"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(files.client_ca.as_deref(), Some(Path::new("ca.crt")));
+        let open = TlsFiles::from_config(&tls.clone().allow_unauthenticated_clients(true))
+            .unwrap()
+            .unwrap();
+        assert!(open.client_ca.is_none());
+        let both = tls
+            .client_ca_file("ca.crt")
+            .allow_unauthenticated_clients(true);
+        assert!(reason(&both).contains("contradicts"));
+
+        let mut half = config().client_ca_file("ca.crt");
+        half.tls_cert_file = Some("tls.crt".into());
+        assert!(reason(&half).contains("--tls-key-file"));
+        half.tls_cert_file = None;
+        half.tls_key_file = Some("tls.key".into());
+        assert!(reason(&half).contains("--tls-cert-file"));
+        half.tls_key_file = None;
+        assert!(reason(&half).contains("over TLS only"));
+    }
+
+    #[test]
+    fn material_must_be_pem_that_goes_together() {
+        let pem = |cert: &str, key: &str| Pem {
+            cert: cert.as_bytes().to_vec(),
+            key: key.as_bytes().to_vec(),
+            client_ca: None,
+        };
+        let reason = |pem: &Pem| build(pem).err().unwrap_or_default();
+        assert!(reason(&pem("", "")).contains("certificate file holds no PEM certificate"));
+        let broken = "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
+        assert!(reason(&pem(broken, "")).contains("not valid PEM"));
+    }
+}
