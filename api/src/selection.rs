@@ -281,6 +281,7 @@ mod tests {
                 last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
                 expires_at: Time(Timestamp::UNIX_EPOCH),
                 registered_by: None,
+                instances: Vec::new(),
             },
         }
     }

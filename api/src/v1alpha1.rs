@@ -113,6 +113,52 @@ pub struct PluginStatus {
     /// The identity that registered the plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registered_by: Option<String>,
+    /// The processes serving the plugin, in the order they registered
+    /// (`spec` follows the last). Empty only in objects from servers that
+    /// predate instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<PluginInstance>,
+}
+
+impl PluginStatus {
+    /// The instances kplug sends calls to: Ready, hence not draining.
+    pub fn serving_instances(&self) -> impl Iterator<Item = &PluginInstance> {
+        self.instances.iter().filter(|i| i.ready)
+    }
+
+    /// `ready/total`, as the INSTANCES column shows it.
+    pub fn instances_summary(&self) -> String {
+        format!(
+            "{}/{}",
+            self.serving_instances().count(),
+            self.instances.len()
+        )
+    }
+}
+
+/// One process serving a plugin, e.g. one pod of its Deployment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginInstance {
+    /// The instance's own name (e.g. its pod's), or its address when it
+    /// declares none.
+    pub name: String,
+    /// host:port where kplug reaches this instance.
+    pub address: String,
+    /// The name kplug verifies in the instance's serving certificate; empty
+    /// means the host part of `address`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server_name: String,
+    /// The instance's release: instances differ during a rolling update.
+    pub version: String,
+    /// kplug sends the instance calls: it heartbeats on time and is not
+    /// draining (as an EndpointSlice endpoint is not ready while it
+    /// terminates).
+    pub ready: bool,
+    /// The instance is shutting down and takes no new calls.
+    pub draining: bool,
+    /// Refreshed as rarely as the plugin's `lastHeartbeatTime`.
+    pub last_heartbeat_time: Time,
 }
 
 /// The condition type that says whether a plugin can take requests.

@@ -1,6 +1,6 @@
 //! Command line and configuration, parsed by clap.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::api::WatchSettings;
 use crate::api::reconcile::ReconcileSettings;
 use crate::auth::delegated::DelegatedSettings;
-use crate::proxy::ProxyConfig;
+use crate::proxy::{PluginTlsFiles, ProxyConfig};
 use crate::registry::RegistryConfig;
 
 /// kplug's aggregated API server: a live registry of plugins served as
@@ -24,6 +24,9 @@ pub struct Cli {
     pub log: String,
 }
 
+// Parsed once at start and moved into the server: boxing the large
+// variant would save nothing that matters.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run on this machine without a cluster: makes its own CA, serving and
@@ -34,6 +37,9 @@ pub enum Command {
     Serve(ClusterConfig),
     /// Make a CA and a serving certificate for the APIService and print the caBundle.
     Certs(CertsConfig),
+    /// Make the certificates of mutual TLS between kplug and plugins: a
+    /// plugin CA, kplug's client certificate, plugins' serving certificates.
+    PluginCerts(PluginCertsConfig),
 }
 
 /// Configuration of standalone mode.
@@ -83,6 +89,23 @@ pub struct ClusterConfig {
     /// How long denied SubjectAccessReview answers are cached.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authorization_denied_cache_ttl: Duration,
+    /// Authenticated bearer tokens kept in the cache; the least useful go
+    /// first when it is full. Rejected tokens have a small cache of their
+    /// own, so a flood of bad tokens cannot push real users out.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub authentication_cache_size: u64,
+    /// Allowed SubjectAccessReview answers kept in the cache; denied answers
+    /// have a cache of the same size of their own.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub authorization_cache_size: u64,
+    /// How long after start /readyz still fails. A new replica's registry
+    /// is empty until every plugin has found it (the SDKs re-resolve the
+    /// registry's headless Service every 30 s) and heartbeated to it; until
+    /// then its Service must not send it requests. 0 disables.
+    #[arg(long, default_value = "45s", value_parser = parse_duration)]
+    pub readiness_warmup: Duration,
+    #[command(flatten)]
+    pub plugin_tls: PluginTlsFlags,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -93,6 +116,8 @@ impl From<&ClusterConfig> for DelegatedSettings {
             token_ttl: config.authentication_cache_ttl,
             allowed_ttl: config.authorization_allowed_cache_ttl,
             denied_ttl: config.authorization_denied_cache_ttl,
+            token_cache_size: config.authentication_cache_size,
+            decision_cache_size: config.authorization_cache_size,
             ..Self::default()
         }
     }
@@ -121,6 +146,115 @@ pub struct CertsConfig {
     pub days: u32,
 }
 
+/// How kplug dials plugins in cluster mode. (Standalone mode dials them
+/// in plaintext: it is for one machine, plugins on loopback.)
+#[derive(Debug, Args)]
+pub struct PluginTlsFlags {
+    /// required: every call to a plugin goes over mutual TLS with the three
+    /// files below, which must be given. disabled: plaintext HTTP/2, which
+    /// lets anyone who reaches a plugin's address call it, bypassing RBAC
+    /// [default: required when the files are given, else disabled with a
+    /// warning at start]
+    #[arg(long, value_enum)]
+    pub plugin_tls: Option<PluginTlsMode>,
+    /// kplug's client certificate (PEM, extended key usage clientAuth),
+    /// which plugins check against their client CA (KPLUG_CLIENT_CA_FILE).
+    /// Reloaded when it changes.
+    #[arg(
+        long,
+        required_if_eq("plugin_tls", "required"),
+        requires_all = ["plugin_client_key_file", "plugin_ca_file"]
+    )]
+    pub plugin_client_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM). Reloaded when it changes.
+    #[arg(
+        long,
+        required_if_eq("plugin_tls", "required"),
+        requires_all = ["plugin_client_cert_file", "plugin_ca_file"]
+    )]
+    pub plugin_client_key_file: Option<PathBuf>,
+    /// The CA certificates (PEM) that sign plugins' serving certificates,
+    /// checked for the name a plugin declares (KPLUG_SERVER_NAME), else for
+    /// the host of its address. Reloaded when it changes.
+    #[arg(
+        long,
+        required_if_eq("plugin_tls", "required"),
+        requires_all = ["plugin_client_cert_file", "plugin_client_key_file"]
+    )]
+    pub plugin_ca_file: Option<PathBuf>,
+}
+
+/// `--plugin-tls`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PluginTlsMode {
+    Required,
+    Disabled,
+}
+
+impl PluginTlsFlags {
+    /// The files to dial plugins with; `None` for plaintext.
+    pub fn files(&self) -> Result<Option<PluginTlsFiles>, String> {
+        let files = (
+            &self.plugin_client_cert_file,
+            &self.plugin_client_key_file,
+            &self.plugin_ca_file,
+        );
+        match (self.plugin_tls, files) {
+            (_, (None, None, None)) => Ok(None),
+            (Some(PluginTlsMode::Disabled), _) => Err("--plugin-tls=disabled contradicts the \
+                 --plugin-client-cert-file, --plugin-client-key-file and --plugin-ca-file given"
+                .to_owned()),
+            (_, (Some(cert), Some(key), Some(ca))) => Ok(Some(PluginTlsFiles {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+                ca: ca.clone(),
+            })),
+            _ => Err("--plugin-client-cert-file, --plugin-client-key-file and \
+                 --plugin-ca-file go together"
+                .to_owned()),
+        }
+    }
+}
+
+/// What `kplug-apiserver plugin-certs` makes.
+#[derive(Debug, Args)]
+pub struct PluginCertsConfig {
+    /// The plugin CA's directory: ca.crt and ca.key are made there when
+    /// missing, and the certificates go there too.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    #[command(subcommand)]
+    pub make: PluginCert,
+}
+
+/// One certificate of `kplug-apiserver plugin-certs`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCert {
+    /// kplug's client certificate, kplug-client.crt and kplug-client.key
+    /// (extended key usage clientAuth only; valid 365 days), for
+    /// --plugin-client-cert-file and --plugin-client-key-file.
+    Client {
+        /// The certificate's common name.
+        #[arg(long, default_value = "kplug")]
+        common_name: String,
+    },
+    /// A plugin's serving certificate, plugins/NAME/tls.crt and tls.key,
+    /// NAME being the first DNS name (extended key usage serverAuth only:
+    /// it cannot be used as a client certificate to call another plugin).
+    Serving {
+        /// The names kplug checks: the plugin's KPLUG_SERVER_NAME, else the
+        /// host of its KPLUG_ADVERTISE address, e.g. hello.plugins.svc.
+        #[arg(required = true, value_name = "DNS_NAME")]
+        dns_names: Vec<String>,
+        /// An IP address to include, for a plugin advertised by IP; repeatable.
+        #[arg(long = "ip", value_name = "IP")]
+        ips: Vec<IpAddr>,
+        /// Validity, in days.
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+    },
+}
+
 /// Tunables both modes share.
 #[derive(Debug, Args)]
 pub struct Tuning {
@@ -130,6 +264,8 @@ pub struct Tuning {
     pub watch: WatchFlags,
     #[command(flatten)]
     pub proxy: ProxyFlags,
+    #[command(flatten)]
+    pub serving: ServingFlags,
 }
 
 impl StandaloneConfig {
@@ -170,6 +306,15 @@ pub struct RegistryFlags {
     /// How many recent changes a watch can resume from.
     #[arg(long, default_value_t = 10_000)]
     pub watch_history: usize,
+    /// Heartbeats of new plugins are refused (reason TooManyPlugins) while
+    /// this many plugins are registered: a bound on the registry's memory.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_plugins: u32,
+    /// Heartbeats of new instances of a plugin (e.g. the pods of its
+    /// Deployment) are refused (reason TooManyInstances) while it has this
+    /// many.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_instances_per_plugin: u32,
 }
 
 impl From<&RegistryFlags> for RegistryConfig {
@@ -183,6 +328,8 @@ impl From<&RegistryFlags> for RegistryConfig {
             default_interval: flags.default_heartbeat_interval,
             status_refresh: flags.status_refresh_interval,
             history: flags.watch_history,
+            max_plugins: flags.max_plugins as usize,
+            max_instances: flags.max_instances_per_plugin as usize,
         }
     }
 }
@@ -211,7 +358,9 @@ impl From<&WatchFlags> for WatchSettings {
 /// Reconcile proxy tunables.
 #[derive(Debug, Args)]
 pub struct ProxyFlags {
-    /// Calls in flight to one plugin beyond which requests get 429.
+    /// Calls in flight to one plugin instance beyond which it takes no
+    /// more: requests get 429 when every Ready instance of the plugin has
+    /// this many.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight_per_plugin: u32,
     /// Deadline of a reconcile that sets no spec.timeoutSeconds.
@@ -243,6 +392,38 @@ impl From<&ProxyFlags> for ReconcileSettings {
             max_timeout: flags.max_reconcile_timeout,
             max_body_bytes: flags.max_request_bytes,
         }
+    }
+}
+
+/// Limits of both listeners (the API and the heartbeats), against clients
+/// that connect and then stall, or connect too much.
+#[derive(Debug, Args)]
+pub struct ServingFlags {
+    /// How long a new connection may take to finish its TLS handshake and
+    /// send the headers of its first request. On HTTP/1.1 it also bounds
+    /// each later request's headers, and so how long a keep-alive
+    /// connection may wait between requests.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub request_header_timeout: Duration,
+    /// A connection with no request in progress for this long is closed
+    /// (HTTP/2: with GOAWAY). An open watch or heartbeat stream is a request
+    /// in progress.
+    #[arg(long, default_value = "90s", value_parser = parse_positive_duration)]
+    pub idle_connection_timeout: Duration,
+    /// Connections each listener holds at once; more are closed as soon as
+    /// they are accepted (counted in kplug_connections_refused_total).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Concurrent HTTP/2 streams (requests, watches) per connection.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+}
+
+/// A duration that is not zero: a zero timeout would close every connection.
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("must be more than zero".to_owned()),
+        parsed => parsed.map_err(|e| e.to_string()),
     }
 }
 
@@ -279,6 +460,110 @@ mod tests {
             "127.0.0.1:0",
         ]);
         assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    fn plugin_tls(flags: &[&str]) -> Result<Option<PluginTlsFiles>, String> {
+        let serve = [
+            "kplug-apiserver",
+            "serve",
+            "--tls-cert-file=/c",
+            "--tls-private-key-file=/k",
+        ];
+        match Cli::try_parse_from(serve.iter().chain(flags)).map_err(|e| e.to_string())? {
+            Cli {
+                command: Command::Serve(config),
+                ..
+            } => config.plugin_tls.files(),
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    #[test]
+    fn plugin_tls_is_the_three_files_or_nothing() {
+        let files = [
+            "--plugin-client-cert-file=/p/c",
+            "--plugin-client-key-file=/p/k",
+            "--plugin-ca-file=/p/ca",
+        ];
+        let expected = PluginTlsFiles {
+            client_cert: "/p/c".into(),
+            client_key: "/p/k".into(),
+            ca: "/p/ca".into(),
+        };
+        assert_eq!(plugin_tls(&files), Ok(Some(expected.clone())));
+        let required = ["--plugin-tls=required"];
+        let all: Vec<&str> = required.iter().chain(&files).copied().collect();
+        assert_eq!(plugin_tls(&all), Ok(Some(expected)));
+        assert_eq!(plugin_tls(&[]), Ok(None));
+        assert_eq!(plugin_tls(&["--plugin-tls=disabled"]), Ok(None));
+        // Half a configuration is an error, never plaintext.
+        assert!(plugin_tls(&files[..2]).is_err());
+        assert!(plugin_tls(&files[2..]).is_err());
+        assert!(plugin_tls(&required).is_err());
+        let contradiction: Vec<&str> = ["--plugin-tls=disabled"]
+            .iter()
+            .chain(&files)
+            .copied()
+            .collect();
+        assert!(plugin_tls(&contradiction).is_err());
+    }
+
+    #[test]
+    fn serving_limits_default_sanely_and_refuse_zero() {
+        let serving = |extra: &[&str]| {
+            let args = ["kplug-apiserver", "standalone"].iter().chain(extra);
+            match Cli::try_parse_from(args).map(|cli| cli.command) {
+                Ok(Command::Standalone(config)) => Ok(config.tuning.serving),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let defaults = serving(&[]).expect("defaults");
+        assert_eq!(defaults.request_header_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.idle_connection_timeout, Duration::from_secs(90));
+        assert_eq!(defaults.max_connections, 4096);
+        assert_eq!(defaults.max_streams_per_connection, 250);
+        let set =
+            serving(&["--request-header-timeout", "2s", "--max-connections", "8"]).expect("flags");
+        assert_eq!(set.request_header_timeout, Duration::from_secs(2));
+        assert_eq!(set.max_connections, 8);
+        for zero in [
+            ["--request-header-timeout", "0s"],
+            ["--idle-connection-timeout", "0s"],
+            ["--max-connections", "0"],
+            ["--max-streams-per-connection", "0"],
+        ] {
+            assert!(serving(&zero).is_err(), "{zero:?}");
+        }
+    }
+
+    #[test]
+    fn registry_caps_leave_room_for_the_soak_test_and_refuse_zero() {
+        let cli = Cli::try_parse_from(["kplug-apiserver", "standalone"]).expect("parses");
+        let Command::Standalone(config) = cli.command else {
+            panic!("not standalone: {:?}", cli.command);
+        };
+        let registry = RegistryConfig::from(&config.tuning.registry);
+        assert!(registry.max_plugins >= 10_000, "{registry:?}");
+        assert!(registry.max_instances >= 2, "{registry:?}");
+        let cli = Cli::try_parse_from([
+            "kplug-apiserver",
+            "standalone",
+            "--max-plugins",
+            "3",
+            "--max-instances-per-plugin",
+            "2",
+        ])
+        .expect("parses");
+        let Command::Standalone(config) = cli.command else {
+            panic!("not standalone: {:?}", cli.command);
+        };
+        let registry = RegistryConfig::from(&config.tuning.registry);
+        assert_eq!((registry.max_plugins, registry.max_instances), (3, 2));
+        for flag in ["--max-plugins", "--max-instances-per-plugin"] {
+            let zero = Cli::try_parse_from(["kplug-apiserver", "standalone", flag, "0"]);
+            assert!(zero.is_err(), "{flag} 0 accepted");
+        }
     }
 
     #[test]

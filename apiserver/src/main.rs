@@ -14,5 +14,6 @@ fn main() -> anyhow::Result<()> {
         Command::Standalone(config) => runtime.block_on(server::run_standalone(config)),
         Command::Serve(config) => runtime.block_on(server::run_cluster(config)),
         Command::Certs(config) => server::certs::run(&config),
+        Command::PluginCerts(config) => server::pki_plugins::run(&config),
     }
 }

@@ -133,7 +133,7 @@ mod tests {
 
     #[derive(Serialize)]
     struct RefRow<'a> {
-        cells: [String; 8],
+        cells: [String; 9],
         #[serde(skip_serializing_if = "Option::is_none")]
         object: Option<RowObject<'a>>,
     }
@@ -148,7 +148,7 @@ mod tests {
         rows: Vec<RefRow<'a>>,
     }
 
-    fn cells(plugin: &Plugin, last_seen: Timestamp, now: Timestamp) -> [String; 8] {
+    fn cells(plugin: &Plugin, last_seen: Timestamp, now: Timestamp) -> [String; 9] {
         let spec = &plugin.spec;
         let created = plugin
             .metadata
@@ -167,6 +167,7 @@ mod tests {
             spec.implementation.clone(),
             spec.version.clone(),
             ready.to_owned(),
+            plugin.status.instances_summary(),
             human_duration(now.duration_since(last_seen).as_secs()),
             human_duration(now.duration_since(created).as_secs()),
             spec.address.clone(),
@@ -184,6 +185,8 @@ mod tests {
         for i in 0..count {
             let declaration = Declaration {
                 name: format!("plugin-{i:04}"),
+                instance: String::new(),
+                draining: false,
                 version: format!("1.{i}.0"),
                 api: PluginApi {
                     group: "databases.example.org".to_owned(),
@@ -192,6 +195,7 @@ mod tests {
                 },
                 implementation: "Postgre\"SQL\" \u{e9}\n".to_owned(),
                 address: format!("plugin-{i}.example:50051"),
+                server_name: String::new(),
                 extensions: vec![crate::v1alpha1::ExtensionKind {
                     group: "backups.example.org".to_owned(),
                     version: String::new(),

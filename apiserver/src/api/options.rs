@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::selector::{FieldSelector, LabelSelector, SelectorError};
 use super::status::ApiError;
 use super::table::IncludeObject;
+use crate::registry::{Registry, RequestedVersion};
 use crate::v1alpha1::Plugin;
 
 /// Query parameters of list and watch, as sent on the wire.
@@ -40,7 +41,10 @@ pub struct ListOptions {
     pub field_selector: FieldSelector,
     pub limit: Option<usize>,
     pub start_after: Option<String>,
-    pub resource_version: Option<u64>,
+    /// The `continue` token's resourceVersion: the list it continues.
+    pub continue_version: Option<String>,
+    /// As sent; "0" (any version) is `None`. See [`place`].
+    pub resource_version: Option<String>,
     pub watch: bool,
     pub timeout: Option<Duration>,
     pub allow_bookmarks: bool,
@@ -76,43 +80,45 @@ fn parse_bool(name: &str, value: Option<&str>) -> Result<Option<bool>, ApiError>
     }
 }
 
-/// Parses a resourceVersion: kplug's are decimal counters; "0" means "any".
-pub fn parse_resource_version(value: Option<&str>) -> Result<Option<u64>, ApiError> {
-    match value {
-        None | Some("") | Some("0") => Ok(None),
-        Some(rv) => rv.parse().map(Some).map_err(|_| {
-            ApiError::BadRequest(format!(
-                "resourceVersion: Invalid value: {rv:?}: must be a decimal resource version"
-            ))
-        }),
-    }
+/// Where a client's resourceVersion falls in this process's history: `400`
+/// for one kplug cannot have issued. `None` means "any" ("0" or absent).
+pub fn place(
+    registry: &Registry,
+    requested: Option<&str>,
+) -> Result<Option<RequestedVersion>, ApiError> {
+    requested
+        .map(|rv| registry.place(rv))
+        .transpose()
+        .map_err(|invalid| ApiError::BadRequest(invalid.to_string()))
 }
 
 /// The opaque `continue` token: where the next page starts.
 #[derive(Serialize, Deserialize)]
 struct ContinueToken {
-    /// resourceVersion of the list that issued the token (informational).
-    rv: u64,
+    /// resourceVersion of the list that issued the token: a token from
+    /// another kplug process is refused, since its names may not line up.
+    rv: String,
     /// The last name on the previous page.
     start: String,
 }
 
-fn decode_continue(token: &str) -> Result<String, ApiError> {
+/// The continued list's resourceVersion and the name to start after.
+fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
     let invalid = |why: String| ApiError::BadRequest(format!("continue key is not valid: {why}"));
     let bytes = URL_SAFE_NO_PAD
         .decode(token)
         .map_err(|e| invalid(e.to_string()))?;
     let token: ContinueToken =
         serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
-    Ok(token.start)
+    Ok((token.rv, token.start))
 }
 
-pub fn encode_continue(rv: u64, start: &str) -> String {
+pub fn encode_continue(rv: String, start: &str) -> String {
     let token = ContinueToken {
         rv,
         start: start.to_owned(),
     };
-    // Serializing a struct of a number and a string cannot fail.
+    // Serializing a struct of two strings cannot fail.
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).unwrap_or_default())
 }
 
@@ -139,9 +145,12 @@ impl TryFrom<ListQuery> for ListOptions {
                 }
             },
         };
-        let start_after = match query.continue_token.as_deref() {
-            None | Some("") => None,
-            Some(token) => Some(decode_continue(token)?),
+        let (continue_version, start_after) = match query.continue_token.as_deref() {
+            None | Some("") => (None, None),
+            Some(token) => {
+                let (rv, start) = decode_continue(token)?;
+                (Some(rv), Some(start))
+            }
         };
         if let Some(m) = query.resource_version_match.as_deref()
             && !matches!(m, "" | "NotOlderThan" | "Exact")
@@ -166,7 +175,10 @@ impl TryFrom<ListQuery> for ListOptions {
             field_selector,
             limit,
             start_after,
-            resource_version: parse_resource_version(query.resource_version.as_deref())?,
+            continue_version,
+            resource_version: query
+                .resource_version
+                .filter(|rv| !rv.is_empty() && rv != "0"),
             watch: parse_bool("watch", query.watch.as_deref())?.unwrap_or(false),
             timeout,
             allow_bookmarks: parse_bool(
@@ -191,13 +203,34 @@ pub fn query_options(
     ListOptions::try_from(query)
 }
 
-/// `resourceVersion` newer than the registry's: like kube-apiserver, a `504`
-/// that clients retry.
-pub fn check_not_too_large(requested: Option<u64>, current: u64) -> Result<(), ApiError> {
-    match requested {
-        Some(rv) if rv > current => Err(ApiError::Timeout(format!(
-            "Too large resource version: {rv}, current: {current}"
+/// Checks that a list can be served at the registry's `current` version:
+/// a `resourceVersion` newer than it is, as in kube-apiserver, a `504` that
+/// clients retry; one from another kplug process, or a `continue` token
+/// from one, is `410 Expired`, on which clients relist from scratch.
+pub fn check_list_version(
+    registry: &Registry,
+    options: &ListOptions,
+    current: u64,
+) -> Result<(), ApiError> {
+    let continues_foreign = options
+        .continue_version
+        .as_deref()
+        .is_some_and(|rv| matches!(registry.place(rv), Ok(RequestedVersion::Foreign(_))));
+    if continues_foreign {
+        return Err(ApiError::Expired(CONTINUE_EXPIRED.to_owned()));
+    }
+    match place(registry, options.resource_version.as_deref())? {
+        Some(RequestedVersion::Local(rv)) if rv > current => Err(ApiError::Timeout(format!(
+            "Too large resource version: {}, current: {}",
+            registry.version(rv),
+            registry.version(current)
         ))),
+        Some(RequestedVersion::Foreign(foreign)) => Err(ApiError::Expired(foreign.to_string())),
         _ => Ok(()),
     }
 }
+
+/// kube-apiserver's words for a `continue` token it can no longer serve.
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a \
+                                consistent list result. You can start a new list without the \
+                                continue parameter.";

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta};
 use super::AppState;
 use super::list::ListWriter;
 use super::negotiate::{Representation, representation};
-use super::options::{ListQuery, check_not_too_large, encode_continue, query_options};
+use super::options::{ListQuery, check_list_version, encode_continue, query_options};
 use super::response::{bytes_response, table_content_type, written_response};
 use super::status::ApiError;
 use super::table::TableWriter;
@@ -43,15 +43,16 @@ pub async fn list(
         .page(options.start_after.as_deref(), limit, |p| {
             options.selects(p)
         });
-    check_not_too_large(options.resource_version, page.resource_version)?;
+    check_list_version(&state.registry, &options, page.resource_version)?;
+    let version = state.registry.version(page.resource_version);
     let mut metadata = ListMeta {
-        resource_version: Some(page.resource_version.to_string()),
+        resource_version: Some(version.clone()),
         ..ListMeta::default()
     };
     if page.remaining > 0
         && let Some(last) = &page.last_name
     {
-        metadata.continue_ = Some(encode_continue(page.resource_version, last));
+        metadata.continue_ = Some(encode_continue(version, last));
         metadata.remaining_item_count = i64::try_from(page.remaining).ok();
     }
     let writer = match repr {

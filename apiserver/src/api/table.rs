@@ -59,9 +59,10 @@ const fn column(
 }
 
 /// Priority 1 columns appear only with `kubectl get -o wide`. The registry
-/// keeps each object's cells in this order ([`Encoded`]): "Name" to "Ready"
-/// before the two ages, which are made per request, and "Address" after.
-pub(super) const COLUMNS: [ColumnDefinition; 8] = [
+/// keeps each object's cells in this order ([`Encoded`]): "Name" to
+/// "Instances" before the two ages, which are made per request, and
+/// "Address" after.
+pub(super) const COLUMNS: [ColumnDefinition; 9] = [
     column(
         "Name",
         "name",
@@ -84,7 +85,13 @@ pub(super) const COLUMNS: [ColumnDefinition; 8] = [
     column(
         "Ready",
         "",
-        "Whether the plugin is heartbeating on time.",
+        "Whether an instance of the plugin heartbeats on time and takes calls.",
+        0,
+    ),
+    column(
+        "Instances",
+        "",
+        "Instances taking calls (heartbeating on time, not draining) / all instances.",
         0,
     ),
     column(
@@ -97,7 +104,7 @@ pub(super) const COLUMNS: [ColumnDefinition; 8] = [
     column(
         "Address",
         "",
-        "host:port where kplug reaches the plugin.",
+        "host:port where kplug reaches the plugin's newest instance.",
         1,
     ),
 ];

@@ -15,10 +15,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
 use super::negotiate::Representation;
-use super::options::ListOptions;
+use super::options::{ListOptions, place};
 use super::status::ApiError;
 use super::table::TableWriter;
-use crate::registry::{Encoded, Event, EventType, WatchError};
+use crate::registry::{Encoded, Event, EventType, RequestedVersion, WatchError};
 use crate::v1alpha1::{API_VERSION, Plugin};
 
 /// Events buffered per watch before the writer waits for the client.
@@ -95,7 +95,7 @@ impl Encoder {
                 kind: Plugin::KIND,
                 api_version: API_VERSION,
                 metadata: ObjectMeta {
-                    resource_version: Some(resource_version.to_string()),
+                    resource_version: Some(self.state.registry.version(resource_version)),
                     annotations,
                     ..ObjectMeta::default()
                 },
@@ -147,14 +147,11 @@ pub fn watch(
         Some(send) => send,
         None => options.resource_version.is_none(),
     };
-    let since = if initial_events {
-        None
-    } else {
-        Some(
-            options
-                .resource_version
-                .unwrap_or_else(|| state.registry.resource_version()),
-        )
+    let since = match place(&state.registry, options.resource_version.as_deref())? {
+        Some(RequestedVersion::Foreign(foreign)) => return Ok(expired(foreign.to_string())),
+        _ if initial_events => None,
+        Some(RequestedVersion::Local(rv)) => Some(rv),
+        None => Some(state.registry.resource_version()),
     };
     let timeout = options
         .timeout
@@ -166,14 +163,17 @@ pub fn watch(
     match state.registry.watch(since) {
         Err(WatchError::TooLarge { requested, current }) => {
             return Err(ApiError::Timeout(format!(
-                "Too large resource version: {requested}, current: {current}"
+                "Too large resource version: {}, current: {}",
+                state.registry.version(requested),
+                state.registry.version(current)
             )));
         }
-        Err(expired @ WatchError::Expired { .. }) => {
-            // Like kube-apiserver: a 200 whose only event is an ERROR, so
-            // clients relist.
-            let line = error_line(&ApiError::Expired(expired.to_string()));
-            let _ = tx.try_send(line);
+        Err(WatchError::Expired { requested, oldest }) => {
+            return Ok(expired(format!(
+                "too old resource version: {} ({})",
+                state.registry.version(requested),
+                state.registry.version(oldest)
+            )));
         }
         Ok(start) => {
             let encoder = Encoder {
@@ -200,13 +200,25 @@ pub fn watch(
         }
     }
 
-    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    Ok(stream_response(Body::from_stream(
+        ReceiverStream::new(rx).map(Ok::<_, Infallible>),
+    )))
+}
+
+/// A watch from a version this process cannot resume from (compacted, or
+/// another process's): like kube-apiserver, a 200 whose only event is the
+/// 410, so clients relist.
+fn expired(message: String) -> Response {
+    stream_response(Body::from(error_line(&ApiError::Expired(message))))
+}
+
+fn stream_response(body: Body) -> Response {
     let mut response = body.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    Ok(response)
+    response
 }
 
 async fn stream_feed(

@@ -52,10 +52,7 @@ impl<'a> RequestInfo<'a> {
         };
         let (resource, rest) = rest.split_once('/').unwrap_or((rest, ""));
         let (name, subresource) = rest.split_once('/').unwrap_or((rest, ""));
-        let watch = query.is_some_and(|q| {
-            q.split('&')
-                .any(|pair| matches!(pair, "watch=true" | "watch=1"))
-        });
+        let watch = query.is_some_and(asks_to_watch);
         let verb = match (method, name.is_empty()) {
             (&Method::GET | &Method::HEAD, true) if watch => "watch",
             (&Method::GET | &Method::HEAD, true) => "list",
@@ -76,8 +73,20 @@ impl<'a> RequestInfo<'a> {
     }
 }
 
+/// Whether a query asks for a watch, read from the values the handler will
+/// see: decoded by `form_urlencoded`, the decoder behind axum's `Query`, so
+/// that `watch=%74rue` or `w%61tch=1` is authorized as the watch it is
+/// served as. Like kube-apiserver, any value but false, 0 or empty counts:
+/// a value the handler then rejects is refused as a watch, never served as
+/// one after being authorized as a list.
+fn asks_to_watch(query: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes())
+        .any(|(key, value)| key == "watch" && !matches!(&*value, "" | "false" | "0"))
+}
+
 impl Attributes {
-    /// Classifies a request the way kube-apiserver's RequestInfo does.
+    /// Classifies a request the way kube-apiserver's RequestInfo does. The
+    /// name is percent-decoded as axum's `Path` decodes it for the handler.
     pub fn of_request(method: &Method, path: &str, query: Option<&str>) -> Self {
         match RequestInfo::parse(method, path, query) {
             RequestInfo::Resource {
@@ -89,7 +98,9 @@ impl Attributes {
                 verb: verb.to_owned(),
                 resource: resource.to_owned(),
                 subresource: subresource.to_owned(),
-                name: name.to_owned(),
+                name: percent_encoding::percent_decode_str(name)
+                    .decode_utf8_lossy()
+                    .into_owned(),
             },
             RequestInfo::NonResource { method, path } => Self::NonResource {
                 verb: method.as_str().to_lowercase(),
@@ -202,6 +213,54 @@ mod tests {
                 verb: "get".to_owned(),
                 path: "/openapi/v2".to_owned()
             }
+        );
+    }
+
+    #[test]
+    fn the_verb_comes_from_the_decoded_query() {
+        let plugins = "/apis/plugins.kplug.io/v1alpha1/plugins";
+        let verb = |query: &str| match Attributes::of_request(&Method::GET, plugins, Some(query)) {
+            Attributes::Resource { verb, .. } => verb,
+            other => panic!("{other:?}"),
+        };
+        for watch in [
+            "watch=true",
+            "watch=1",
+            "watch=%74rue",
+            "w%61tch=true",
+            "watch=%31",
+            "watch=TRUE",
+            "watch=yes",
+            "labelSelector=a%3Db&watch=true",
+            "watch=false&watch=true",
+        ] {
+            assert_eq!(verb(watch), "watch", "{watch}");
+        }
+        for list in [
+            "",
+            "watch=false",
+            "watch=0",
+            "watch=",
+            "watch",
+            "labelSelector=watch%3Dtrue",
+            "xwatch=true",
+            "watch%3Dtrue",
+        ] {
+            assert_eq!(verb(list), "list", "{list}");
+        }
+        // The metrics read the same verb.
+        assert!(matches!(
+            RequestInfo::parse(&Method::GET, plugins, Some("watch=%74rue")),
+            RequestInfo::Resource { verb: "watch", .. }
+        ));
+    }
+
+    #[test]
+    fn names_are_decoded_as_the_handler_sees_them() {
+        let path = "/apis/plugins.kplug.io/v1alpha1/plugins/%68ello/reconcile";
+        assert_eq!(
+            Attributes::of_request(&Method::POST, path, None),
+            resource("create", "plugins", "reconcile", "hello")
         );
     }
 

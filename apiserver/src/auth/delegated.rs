@@ -22,7 +22,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
 
 use super::attributes::Attributes;
-use super::cache::TtlCache;
+use super::cache::{Bound, ReviewCache};
 use super::metrics::{AuthMetrics, Cache};
 use super::verifier::{DynamicVerifier, optional_client_auth, roots, verifies};
 use super::{AuthError, PeerIdentity, User};
@@ -32,12 +32,16 @@ use crate::v1alpha1::{GROUP, VERSION};
 pub const CONFIG_MAP_NAMESPACE: &str = "kube-system";
 pub const CONFIG_MAP_NAME: &str = "extension-apiserver-authentication";
 
-/// Cache lifetimes and the groups never sent for review.
+/// Cache lifetimes and sizes, and the groups never sent for review.
 #[derive(Clone, Debug)]
 pub struct DelegatedSettings {
     pub token_ttl: Duration,
     pub allowed_ttl: Duration,
     pub denied_ttl: Duration,
+    /// Authenticated tokens cached.
+    pub token_cache_size: u64,
+    /// Allowed decisions cached, and denied ones (apart).
+    pub decision_cache_size: u64,
     /// Members are always allowed, as `system:masters` is by kube-apiserver.
     pub always_allow_groups: Vec<String>,
 }
@@ -48,10 +52,16 @@ impl Default for DelegatedSettings {
             token_ttl: Duration::from_secs(10),
             allowed_ttl: Duration::from_secs(10),
             denied_ttl: Duration::from_secs(10),
+            token_cache_size: 10_000,
+            decision_cache_size: 10_000,
             always_allow_groups: vec!["system:masters".to_owned()],
         }
     }
 }
+
+/// Rejected tokens kept: enough to spare kube-apiserver a client retrying
+/// a stale token, small because anyone can mint them.
+const REJECTED_TOKENS: u64 = 1024;
 
 /// Who may assert users with request headers, and which headers they use.
 struct RequestHeader {
@@ -69,8 +79,6 @@ struct Trust {
     request_header: Option<RequestHeader>,
 }
 
-const CACHE_CAPACITY: usize = 16_384;
-
 /// Authenticates and authorizes through kube-apiserver.
 pub struct Delegated {
     client: kube::Client,
@@ -78,8 +86,8 @@ pub struct Delegated {
     trust: RwLock<Arc<Trust>>,
     /// The TLS layer's view of the same trust: the union of both CAs.
     tls_verifier: Arc<DynamicVerifier>,
-    tokens: TtlCache<[u8; 32], Result<User, String>>,
-    decisions: TtlCache<String, Result<(), String>>,
+    tokens: ReviewCache<[u8; 32], User, String>,
+    decisions: ReviewCache<String, (), String>,
     metrics: AuthMetrics,
 }
 
@@ -103,13 +111,22 @@ fn sha256(token: &str) -> [u8; 32] {
 impl Delegated {
     /// Starts with no trust; call [`Delegated::load`] or [`Delegated::follow`].
     pub fn new(client: kube::Client, settings: DelegatedSettings) -> Self {
+        let bound = |capacity, ttl| Bound { capacity, ttl };
+        let tokens = ReviewCache::new(
+            bound(settings.token_cache_size, settings.token_ttl),
+            bound(REJECTED_TOKENS, settings.token_ttl),
+        );
+        let decisions = ReviewCache::new(
+            bound(settings.decision_cache_size, settings.allowed_ttl),
+            bound(settings.decision_cache_size, settings.denied_ttl),
+        );
         Self {
             client,
             settings,
             trust: RwLock::new(Arc::new(Trust::default())),
             tls_verifier: Arc::new(DynamicVerifier::new(optional_client_auth(None))),
-            tokens: TtlCache::new(CACHE_CAPACITY),
-            decisions: TtlCache::new(CACHE_CAPACITY),
+            tokens,
+            decisions,
             metrics: AuthMetrics::default(),
         }
     }
@@ -374,8 +391,7 @@ impl Delegated {
             )),
         };
         self.metrics.review(Cache::Token, Some(&outcome));
-        self.tokens
-            .insert(key, outcome.clone(), self.settings.token_ttl);
+        self.tokens.insert(key, outcome.clone());
         outcome.map_err(AuthError::Unauthenticated)
     }
 
@@ -442,16 +458,11 @@ impl Delegated {
             })?;
         let status = reviewed.status.unwrap_or_default();
         let decision = if status.allowed {
-            self.decisions
-                .insert(key, Ok(()), self.settings.allowed_ttl);
             Ok(())
         } else {
-            let message =
-                attributes.forbidden(&user.name, status.reason.as_deref().unwrap_or_default());
-            self.decisions
-                .insert(key, Err(message.clone()), self.settings.denied_ttl);
-            Err(message)
+            Err(attributes.forbidden(&user.name, status.reason.as_deref().unwrap_or_default()))
         };
+        self.decisions.insert(key, decision.clone());
         self.metrics.review(Cache::Decision, Some(&decision));
         decision.map_err(AuthError::Forbidden)
     }

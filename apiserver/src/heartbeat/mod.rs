@@ -20,10 +20,13 @@ pub use validate::{FieldError, Invalid, declaration};
 use crate::auth::delegated::Delegated;
 use crate::auth::{Attributes, AuthError};
 use crate::registry::Registry;
+use crate::validation;
 use metrics::Answer;
 
 /// What the server announces it can do, so plugins can adapt.
-const SERVER_CAPABILITIES: &[&str] = &["Deregister"];
+/// "Instances": several processes may heartbeat under one plugin name,
+/// each with its own `instance` and address, and deregister alone.
+const SERVER_CAPABILITIES: &[&str] = &["Deregister", "Instances"];
 
 /// Serves `kplug.v1alpha1.Registry` over the live registry.
 #[derive(Clone)]
@@ -209,10 +212,28 @@ impl RegistryApi for HeartbeatService {
                 "invalid deregistration: name and address are required",
             ));
         }
-        let removed = self.registry.deregister(&request.name, &request.address);
+        if !request.instance.is_empty()
+            && let Some(problem) = validation::dns1123_subdomain(&request.instance)
+        {
+            return Err(Status::invalid_argument(format!(
+                "invalid deregistration: instance: Invalid value: {:?}: {problem}",
+                request.instance
+            )));
+        }
+        let removed = self.registry.deregister(
+            &request.name,
+            &request.instance,
+            &request.address,
+            Timestamp::now(),
+        );
         self.metrics.deregistration(removed);
         if removed {
-            tracing::info!(plugin = %request.name, "plugin deregistered");
+            tracing::info!(
+                plugin = %request.name,
+                instance = %request.instance,
+                address = %request.address,
+                "plugin instance deregistered"
+            );
         }
         Ok(Response::new(DeregisterResponse { removed }))
     }

@@ -85,6 +85,16 @@ fn short_text(value: &str) -> Option<String> {
     })
 }
 
+/// A name to verify in a certificate: a DNS name, or an IP address for
+/// certificates issued to one.
+fn server_name(value: &str) -> Option<String> {
+    if value.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    validation::dns1123_subdomain(value)
+        .map(|problem| format!("must be an IP address or a DNS name: {problem}"))
+}
+
 fn interval(duration: Option<&prost_types::Duration>) -> Result<Option<Duration>, String> {
     match duration {
         None => Ok(None),
@@ -151,6 +161,20 @@ pub fn declaration(
             "address",
             &request.address,
             validation::host_port(&request.address),
+        );
+    }
+    if !request.instance.is_empty() {
+        errors.check(
+            "instance",
+            &request.instance,
+            validation::dns1123_subdomain(&request.instance),
+        );
+    }
+    if !request.server_name.is_empty() {
+        errors.check(
+            "serverName",
+            &request.server_name,
+            server_name(&request.server_name),
         );
     }
     errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);
@@ -228,6 +252,8 @@ pub fn declaration(
     }
     Ok(Declaration {
         name: request.name,
+        instance: request.instance,
+        draining: request.draining,
         version: request.version,
         api: PluginApi {
             group: api.group,
@@ -236,6 +262,7 @@ pub fn declaration(
         },
         implementation: request.implementation,
         address: request.address,
+        server_name: request.server_name,
         extensions: request
             .extensions
             .into_iter()

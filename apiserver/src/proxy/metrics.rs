@@ -19,7 +19,7 @@ const DURATION_BUCKETS: [f64; 16] = [
 
 const OPERATIONS: [&str; 2] = ["Reconcile", "Finalize"];
 const OUTCOMES: [&str; 3] = ["success", "failure", "error"];
-const CLASSES: [&str; 7] = [
+const CLASSES: [&str; 8] = [
     "overloaded",
     "unavailable",
     "timeout",
@@ -27,6 +27,7 @@ const CLASSES: [&str; 7] = [
     "unimplemented",
     "failed",
     "invalid_address",
+    "tls",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +62,7 @@ impl ProxyError {
             Self::Unimplemented { .. } => "unimplemented",
             Self::Failed { .. } => "failed",
             Self::InvalidAddress { .. } => "invalid_address",
+            Self::Tls { .. } => "tls",
         }
     }
 }
@@ -111,7 +113,7 @@ impl ProxyMetrics {
         );
         registry.register(
             "kplug_proxy_errors",
-            "Calls to plugins that produced no answer, by plugin and class (overloaded, unavailable, timeout, rejected, unimplemented, failed, invalid_address)",
+            "Calls to plugins that produced no answer, by plugin and class (overloaded, unavailable, timeout, rejected, unimplemented, failed, invalid_address, tls)",
             self.errors.clone(),
         );
     }

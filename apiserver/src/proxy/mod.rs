@@ -1,8 +1,10 @@
-//! gRPC to plugins: one reused HTTP/2 channel per plugin address, a bound
-//! on in-flight calls per plugin, deadlines, and honest failure kinds.
+//! gRPC to plugins: one reused HTTP/2 channel per instance address, calls
+//! spread over a plugin's Ready instances with a bound on in-flight calls
+//! per instance ([`balance`]), deadlines, and honest failure kinds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use kplug_proto::trace::{TRACEPARENT, TraceParent};
@@ -10,18 +12,23 @@ use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
 use parking_lot::Mutex;
 use tokio::sync::{Semaphore, broadcast};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::registry::{EventType, Registry};
-use crate::v1alpha1::{Operation, Plugin};
+use crate::v1alpha1::{Operation, Plugin, PluginInstance};
 
+mod balance;
 mod metrics;
+mod tls;
+use balance::{Chosen, undelivered};
 pub use metrics::ProxyMetrics;
+pub use tls::{PluginTls, PluginTlsError, PluginTlsFiles};
 
 /// Tunables of the proxy.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
-    /// Calls beyond this many in flight to one plugin are refused (429).
+    /// Calls in flight to one plugin instance beyond which it takes no
+    /// more; a call is refused (429) when every Ready instance is full.
     pub max_in_flight: usize,
     /// Largest message accepted from or sent to a plugin.
     pub max_message_bytes: usize,
@@ -42,7 +49,7 @@ impl Default for ProxyConfig {
 /// Why a call did not produce the plugin's answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyError {
-    #[error("plugin {plugin} already has {limit} calls in flight")]
+    #[error("plugin {plugin} already has {limit} calls in flight on each Ready instance")]
     Busy { plugin: String, limit: usize },
     #[error("plugin {plugin} at {address} is unavailable: {detail}")]
     Unavailable {
@@ -68,12 +75,36 @@ pub enum ProxyError {
         address: String,
         detail: String,
     },
+    /// kplug and the plugin do not accept each other's certificates.
+    #[error("TLS with plugin {plugin} at {address} failed: {detail}")]
+    Tls {
+        plugin: String,
+        address: String,
+        detail: String,
+    },
 }
 
 #[derive(Clone)]
 struct Upstream {
     client: PluginClient<Channel>,
     in_flight: Arc<Semaphore>,
+    /// What the channel was made with: the TLS generation (0: plaintext)
+    /// and the server name verified. Either changing replaces it.
+    tls_generation: u64,
+    server_name: String,
+}
+
+/// What the attempts of one call share.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    name: &'a str,
+    /// The plugin's Ready instances.
+    instances: &'a [&'a PluginInstance],
+    operation: Operation,
+    deadline: Instant,
+    /// The whole call's, for messages.
+    timeout: Duration,
+    trace: &'a TraceParent,
 }
 
 /// Calls plugins on behalf of API requests.
@@ -81,6 +112,11 @@ pub struct Proxy {
     config: ProxyConfig,
     upstreams: Mutex<HashMap<String, Upstream>>,
     metrics: ProxyMetrics,
+    /// Where the search for the least busy instance starts, turning with
+    /// every call.
+    rotation: AtomicUsize,
+    /// `None`: plugins are dialed in plaintext.
+    tls: Option<Arc<PluginTls>>,
 }
 
 impl Proxy {
@@ -89,7 +125,15 @@ impl Proxy {
             config,
             upstreams: Mutex::new(HashMap::new()),
             metrics: ProxyMetrics::default(),
+            rotation: AtomicUsize::new(0),
+            tls: None,
         }
+    }
+
+    /// Dials plugins over mutual TLS with `tls` (`None`: plaintext).
+    pub fn with_tls(mut self, tls: Option<Arc<PluginTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Counts calls into `metrics` (registered by the caller).
@@ -102,19 +146,32 @@ impl Proxy {
         &self.config
     }
 
-    fn upstream(&self, plugin: &Plugin) -> Result<Upstream, ProxyError> {
-        let address = &plugin.spec.address;
+    fn upstream(&self, plugin: &str, instance: &PluginInstance) -> Result<Upstream, ProxyError> {
+        let address = &instance.address;
+        let server_name = instance.server_name.as_str();
+        let tls_generation = self.tls.as_ref().map_or(0, |tls| tls.generation());
         let mut upstreams = self.upstreams.lock();
-        if let Some(upstream) = upstreams.get(address) {
+        let cached = upstreams.get(address);
+        if let Some(upstream) = cached
+            && upstream.tls_generation == tls_generation
+            && upstream.server_name == server_name
+        {
             return Ok(upstream.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| {
-            ProxyError::InvalidAddress {
-                plugin: plugin.name().to_owned(),
-                address: address.clone(),
-                detail: e.to_string(),
-            }
-        })?;
+        // A replaced channel keeps its bound on calls in flight: the calls
+        // still running on the old channel count against the new one.
+        let in_flight = cached.map_or_else(
+            || Arc::new(Semaphore::new(self.config.max_in_flight)),
+            |upstream| upstream.in_flight.clone(),
+        );
+        let material = self.tls.as_ref().map(|tls| tls.current());
+        let endpoint = tls::endpoint(
+            plugin,
+            address,
+            server_name,
+            material.as_deref(),
+            self.config.connect_timeout,
+        )?;
         let channel = endpoint
             .connect_timeout(self.config.connect_timeout)
             .tcp_nodelay(true)
@@ -125,7 +182,9 @@ impl Proxy {
             client: PluginClient::new(channel)
                 .max_decoding_message_size(self.config.max_message_bytes)
                 .max_encoding_message_size(self.config.max_message_bytes),
-            in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+            in_flight,
+            tls_generation: material.map_or(0, |material| material.generation),
+            server_name: server_name.to_owned(),
         };
         upstreams.insert(address.clone(), upstream.clone());
         Ok(upstream)
@@ -165,6 +224,8 @@ impl Proxy {
         result
     }
 
+    /// Calls one Ready instance of `plugin`, and another when the first
+    /// never received the call (see [`balance`]).
     async fn call_unmeasured(
         &self,
         plugin: &Plugin,
@@ -173,20 +234,79 @@ impl Proxy {
         timeout: Duration,
         trace: &TraceParent,
     ) -> Result<ReconcileResponse, ProxyError> {
-        let name = plugin.name().to_owned();
-        let upstream = self.upstream(plugin)?;
-        let _permit = upstream
-            .in_flight
-            .try_acquire()
-            .map_err(|_| ProxyError::Busy {
-                plugin: name.clone(),
-                limit: self.config.max_in_flight,
-            })?;
+        let deadline = Instant::now() + timeout;
+        let name = plugin.name();
+        let mut fallback = None;
+        let instances = balance::serving(plugin, &mut fallback);
+        if instances.is_empty() {
+            return Err(ProxyError::Unavailable {
+                plugin: name.to_owned(),
+                address: plugin.spec.address.clone(),
+                detail: "no instance is Ready".to_owned(),
+            });
+        }
+        let first = self.choose(name, &instances, None)?;
+        let failed = first.index;
+        let call = Call {
+            name,
+            instances: &instances,
+            operation,
+            deadline,
+            timeout,
+            trace,
+        };
+        // The object and extensions are shared bytes: a copy is cheap.
+        let spare = (instances.len() > 1).then(|| request.clone());
+        let (error, delivered) = match self.attempt(&call, first, request).await {
+            Ok(answer) => return Ok(answer),
+            Err(failure) => failure,
+        };
+        let (Some(request), false) = (spare, delivered) else {
+            return Err(error);
+        };
+        let Ok(second) = self.choose(name, &instances, Some(failed)) else {
+            return Err(error);
+        };
+        tracing::debug!(
+            plugin = name,
+            failed = %instances.get(failed).map_or("", |i| i.name.as_str()),
+            retry = %instances.get(second.index).map_or("", |i| i.name.as_str()),
+            %error,
+            "the call never reached the instance: trying another"
+        );
+        self.attempt(&call, second, request)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// One call to the chosen instance. A failure says whether the call may
+    /// have reached the plugin (`true`) or certainly did not (`false`).
+    async fn attempt(
+        &self,
+        call: &Call<'_>,
+        chosen: Chosen,
+        request: ReconcileRequest,
+    ) -> Result<ReconcileResponse, (ProxyError, bool)> {
+        let Call {
+            name,
+            instances,
+            operation,
+            deadline,
+            timeout,
+            trace,
+        } = *call;
+        let Chosen {
+            index,
+            upstream,
+            permit: _permit,
+        } = chosen;
+        let address = instances.get(index).map_or("", |i| i.address.as_str());
+        let remaining = deadline.saturating_duration_since(Instant::now());
         let mut client = upstream.client;
         let mut grpc_request = tonic::Request::new(request);
         // Tells the plugin its deadline (grpc-timeout); the local timeout
         // below also covers a plugin that ignores it.
-        grpc_request.set_timeout(timeout);
+        grpc_request.set_timeout(remaining);
         if let Ok(mut value) = trace
             .to_string()
             .parse::<tonic::metadata::AsciiMetadataValue>()
@@ -201,15 +321,20 @@ impl Proxy {
                 Operation::Finalize => client.finalize(grpc_request).await,
             }
         };
-        let answer = tokio::time::timeout(timeout, call).await.map_err(|_| {
-            ProxyError::DeadlineExceeded {
-                plugin: name.clone(),
+        let answer = tokio::time::timeout(remaining, call).await.map_err(|_| {
+            let error = ProxyError::DeadlineExceeded {
+                plugin: name.to_owned(),
                 timeout,
-            }
+            };
+            (error, true)
         })?;
-        answer
-            .map(tonic::Response::into_inner)
-            .map_err(|status| classify(&name, &plugin.spec.address, operation, timeout, status))
+        answer.map(tonic::Response::into_inner).map_err(|status| {
+            let delivered = !undelivered(&status);
+            (
+                classify(name, address, operation, timeout, status),
+                delivered,
+            )
+        })
     }
 
     /// Drops channels of plugins that leave the registry, until the
@@ -224,17 +349,28 @@ impl Proxy {
             loop {
                 match feed.recv().await {
                     Ok(event) if event.event_type == EventType::Deleted => {
-                        self.forget(&event.object.spec.address);
+                        for address in addresses(&event.object) {
+                            self.forget(address);
+                        }
                         self.metrics.forget(event.object.name());
                     }
-                    Ok(_) => {}
+                    // Instances that deregistered, expired or moved.
+                    Ok(event) => {
+                        if let Some(previous) = &event.previous {
+                            for address in addresses(previous) {
+                                if !addresses(&event.object).any(|a| a == address) {
+                                    self.forget(address);
+                                }
+                            }
+                        }
+                    }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        // Missed deletions: keep only channels of live plugins.
+                        // Missed departures: keep only channels of live instances.
                         let live: HashSet<String> = registry
                             .list(None, |_| true)
                             .items
                             .iter()
-                            .map(|i| i.object.spec.address.clone())
+                            .flat_map(|i| addresses(&i.object).map(str::to_owned))
                             .collect();
                         self.upstreams
                             .lock()
@@ -247,6 +383,17 @@ impl Proxy {
     }
 }
 
+/// Every address `plugin` is reached at: its instances', and the spec's
+/// (the newest instance's, or the only one of objects without instances).
+fn addresses(plugin: &Plugin) -> impl Iterator<Item = &str> {
+    plugin
+        .status
+        .instances
+        .iter()
+        .map(|i| i.address.as_str())
+        .chain(std::iter::once(plugin.spec.address.as_str()))
+}
+
 fn classify(
     plugin: &str,
     address: &str,
@@ -255,15 +402,23 @@ fn classify(
     status: tonic::Status,
 ) -> ProxyError {
     let plugin = plugin.to_owned();
+    if let Some(detail) = tls::failure(&status) {
+        return ProxyError::Tls {
+            plugin,
+            address: address.to_owned(),
+            detail,
+        };
+    }
     match status.code() {
         tonic::Code::DeadlineExceeded => ProxyError::DeadlineExceeded { plugin, timeout },
         // A refused connection, or one that broke mid-call (the plugin
         // crashed): both mean "not now", never a success.
+        // With the causes: the message alone is often "transport error".
         tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
             ProxyError::Unavailable {
                 plugin,
                 address: address.to_owned(),
-                detail: status.message().to_owned(),
+                detail: tls::causes(&status),
             }
         }
         tonic::Code::InvalidArgument => ProxyError::Rejected {
@@ -296,6 +451,8 @@ mod tests {
     fn declaration(address: &str) -> Declaration {
         Declaration {
             name: "gone".to_owned(),
+            instance: String::new(),
+            draining: false,
             version: "1.0.0".to_owned(),
             api: PluginApi {
                 group: "example.com".to_owned(),
@@ -304,6 +461,7 @@ mod tests {
             },
             implementation: "Test".to_owned(),
             address: address.to_owned(),
+            server_name: String::new(),
             extensions: Vec::new(),
             labels: BTreeMap::new(),
             interval: Duration::from_secs(1),

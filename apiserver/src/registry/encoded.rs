@@ -16,7 +16,8 @@ pub struct Encoded {
     /// Where the object's `metadata` value is in `json`.
     metadata: Range<usize>,
     /// The Table cells that do not depend on the time of the request, as JSON
-    /// array elements: `"Name","API","Implementation","Version","Ready"`, then
+    /// array elements: `"Name","API","Implementation","Version","Ready",
+    /// "Instances"`, then
     /// (from `split`) `"Address"`. The two ages go between them (see
     /// `api::table`, whose column definitions this order follows).
     cells: Box<[u8]>,
@@ -59,7 +60,8 @@ impl Encoded {
             &mut cells,
             &format_args!("{}.{}", spec.api.resource, spec.api.group),
         );
-        for cell in [&spec.implementation, &spec.version, ready] {
+        let instances = plugin.status.instances_summary();
+        for cell in [&spec.implementation, &spec.version, ready, &instances] {
             cells.push(b',');
             write_json(&mut cells, cell);
         }
@@ -88,7 +90,7 @@ impl Encoded {
         self.json.get(self.metadata.clone()).unwrap_or(b"{}")
     }
 
-    /// The Table cells before the ages ("Name" to "Ready").
+    /// The Table cells before the ages ("Name" to "Instances").
     pub fn cells_before_ages(&self) -> &[u8] {
         &self.cells[..self.split]
     }
@@ -136,6 +138,7 @@ mod tests {
                 last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
                 expires_at: Time(Timestamp::UNIX_EPOCH),
                 registered_by: None,
+                instances: Vec::new(),
             },
         };
         plugin.spec.address = "db:5432".to_owned();
@@ -147,7 +150,7 @@ mod tests {
         );
         assert_eq!(
             encoded.cells_before_ages(),
-            br#""pg \"quoted\"",".","","","Unknown""#
+            br#""pg \"quoted\"",".","","","Unknown","0/0""#
         );
         assert_eq!(encoded.cells_after_ages(), br#""db:5432""#);
     }

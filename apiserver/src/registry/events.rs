@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use super::history::Expired;
+use super::version::ResourceVersion;
 use super::{Encoded, Registry};
 use crate::v1alpha1::Plugin;
 
@@ -83,8 +84,8 @@ impl Registry {
                             .metadata
                             .resource_version
                             .as_deref()
-                            .and_then(|rv| rv.parse().ok())
-                            .unwrap_or(current),
+                            .and_then(|rv| rv.parse::<ResourceVersion>().ok())
+                            .map_or(current, |rv| rv.counter),
                         object: e.object.clone(),
                         encoded: e.encoded.clone(),
                         previous: None,

@@ -2,27 +2,33 @@
 //!
 //! Every change bumps one monotonically increasing resourceVersion and is
 //! broadcast to watchers, with a bounded history so that watches can resume.
-//! Heartbeats that change nothing only touch an atomic timestamp under the
-//! read lock: no event, no resourceVersion bump, no contention with readers.
+//! A plugin is served by instances (e.g. the pods of a Deployment), each
+//! heartbeating under the plugin's name with its own address; the plugin
+//! lives while one does. Heartbeats that change nothing only touch the
+//! instance's atomic timestamp under the read lock: no event, no
+//! resourceVersion bump, no contention with readers.
 //! Each stored object version carries its wire forms ([`Encoded`]), made
 //! once when it is stored, which lists, tables and watches copy.
 //!
-//! Changes are in `write`, reads in `read`, events and watches in `events`,
-//! the rendered object in `render`.
+//! Changes are in `write` and `sweep`, reads in `read`, events and watches
+//! in `events`, the rendered object in `render`, instances in `instances`.
 
 mod declaration;
 mod encoded;
 mod events;
 mod history;
+mod instances;
 mod metrics;
 mod read;
 mod render;
 mod select;
+mod sweep;
+mod version;
 mod write;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -34,15 +40,17 @@ pub use encoded::Encoded;
 pub use events::{Event, EventType, WatchError, WatchStart};
 pub use history::Expired;
 use history::History;
+use instances::{Instance, Instances};
 pub use kplug_api::selection::{Implementation, SelectError, compare_versions};
 pub use metrics::RegistryCollector;
 pub use read::{Census, Listed, Page, Row, Snapshot};
+pub use version::{Epoch, ForeignVersion, InvalidVersion, RequestedVersion};
 pub use write::{Accepted, DeleteError, Preconditions, Refusal};
 
 use crate::v1alpha1::Plugin;
 
-/// A plugin that misses this many intervals is shown as not Ready until it
-/// heartbeats again or its TTL passes.
+/// An instance that misses this many intervals is shown as not Ready until
+/// it heartbeats again or its TTL passes.
 const LATE_AFTER_INTERVALS: u32 = 2;
 /// How many events a slow watcher may fall behind before it is cut off (it
 /// then resumes from its last resourceVersion, out of the history).
@@ -51,7 +59,7 @@ const BROADCAST_CAPACITY: usize = 4096;
 /// Tunables of the registry.
 #[derive(Clone, Debug)]
 pub struct RegistryConfig {
-    /// A plugin is garbage-collected after this many missed intervals.
+    /// An instance is garbage-collected after this many missed intervals.
     pub ttl_intervals: u32,
     /// Declared intervals are clamped to `min_interval..=max_interval`.
     pub min_interval: Duration,
@@ -63,6 +71,10 @@ pub struct RegistryConfig {
     pub status_refresh: Duration,
     /// How many recent events a watch can resume from.
     pub history: usize,
+    /// Heartbeats of new plugins are refused beyond this many plugins.
+    pub max_plugins: usize,
+    /// Heartbeats of new instances of a plugin are refused beyond this many.
+    pub max_instances: usize,
 }
 
 impl Default for RegistryConfig {
@@ -74,18 +86,23 @@ impl Default for RegistryConfig {
             default_interval: Duration::from_secs(10),
             status_refresh: Duration::from_secs(30),
             history: 10_000,
+            max_plugins: 50_000,
+            max_instances: 64,
         }
     }
 }
 
-/// What the registry tracks about one registration beside its declaration.
+/// What the registry tracks about one registration beside its instances.
 struct Lifecycle {
     uid: String,
     created: Timestamp,
+    /// At least one instance takes calls: the plugin's Ready condition.
     ready: bool,
     ready_since: Timestamp,
-    /// The heartbeat time written into the object's status.
-    recorded: Timestamp,
+    /// When the object was last rendered: the status' heartbeat times are
+    /// as of then. Unchanged heartbeats rewrite it only once this is older
+    /// than the status refresh interval, whatever the number of instances.
+    refreshed: Timestamp,
 }
 
 impl Lifecycle {
@@ -95,26 +112,27 @@ impl Lifecycle {
             created: now,
             ready: true,
             ready_since: now,
-            recorded: now,
+            refreshed: now,
         }
     }
 }
 
 struct Entry {
-    declaration: Declaration,
+    instances: Instances,
     lifecycle: Lifecycle,
-    /// The real last heartbeat, in Unix milliseconds: updated without the
-    /// write lock by unchanged heartbeats.
-    last_seen_ms: AtomicI64,
     object: Arc<Plugin>,
     /// `object`'s wire forms, replaced with it.
     encoded: Arc<Encoded>,
 }
 
 impl Entry {
+    /// The latest heartbeat of any instance.
     fn last_seen(&self) -> Timestamp {
-        Timestamp::from_millisecond(self.last_seen_ms.load(Ordering::Relaxed))
-            .unwrap_or(self.lifecycle.recorded)
+        self.instances
+            .iter()
+            .map(Instance::last_seen)
+            .max()
+            .unwrap_or(self.lifecycle.created)
     }
 
     fn listed(&self) -> Listed {
@@ -138,6 +156,8 @@ struct State {
 /// The live, in-memory set of plugin registrations.
 pub struct Registry {
     config: RegistryConfig,
+    /// Names this process's history in every resourceVersion it issues.
+    epoch: Epoch,
     state: RwLock<State>,
     events: broadcast::Sender<Arc<Event>>,
     /// Registrations removed because their heartbeats stopped.
@@ -154,6 +174,7 @@ impl Registry {
         let history = History::new(config.history);
         Self {
             config,
+            epoch: Epoch::random(),
             state: RwLock::new(State {
                 plugins: BTreeMap::new(),
                 resource_version: 0,
@@ -166,6 +187,16 @@ impl Registry {
 
     pub fn config(&self) -> &RegistryConfig {
         &self.config
+    }
+
+    /// This process's resourceVersion for the change numbered `counter`.
+    pub fn version(&self, counter: u64) -> String {
+        self.epoch.version(counter)
+    }
+
+    /// What a resourceVersion a client sent back means here.
+    pub fn place(&self, requested: &str) -> Result<RequestedVersion, InvalidVersion> {
+        self.epoch.place(requested)
     }
 
     /// The interval the registry wants for a plugin that asked for `requested`.

@@ -1,37 +1,93 @@
-//! The Plugin object a registration shows: spec from the declaration,
-//! status from its lifecycle.
+//! The Plugin object a registration shows: spec from its newest instance's
+//! declaration, status from its lifecycle and every instance.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
-use super::{Declaration, LATE_AFTER_INTERVALS, Lifecycle, Registry, signed};
-use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginStatus};
+use super::{Instance, Instances, LATE_AFTER_INTERVALS, Lifecycle, Registry, signed};
+use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginInstance, PluginStatus};
+
+/// The Ready condition's reason and message.
+fn readiness(instances: &Instances, lifecycle: &Lifecycle) -> (&'static str, String) {
+    let total = instances.len();
+    if lifecycle.ready {
+        let message = if total == 1 {
+            "the plugin is heartbeating".to_owned()
+        } else {
+            let serving = instances.iter().filter(|i| i.serving()).count();
+            format!("{serving} of {total} instances are Ready")
+        };
+        ("HeartbeatReceived", message)
+    } else if instances.iter().any(|i| i.on_time) {
+        (
+            "Draining",
+            if total == 1 {
+                "the plugin is shutting down".to_owned()
+            } else {
+                "every instance that heartbeats on time is shutting down".to_owned()
+            },
+        )
+    } else if total == 1 {
+        (
+            "HeartbeatLate",
+            format!(
+                "no heartbeat for {LATE_AFTER_INTERVALS} intervals of {}s",
+                instances.newest().declaration.interval.as_secs()
+            ),
+        )
+    } else {
+        (
+            "HeartbeatLate",
+            format!(
+                "none of the {total} instances heartbeated within {LATE_AFTER_INTERVALS} of its \
+                 intervals"
+            ),
+        )
+    }
+}
+
+fn instance_status(instance: &Instance) -> PluginInstance {
+    let declaration = &instance.declaration;
+    PluginInstance {
+        name: declaration.identity().to_owned(),
+        address: declaration.address.clone(),
+        server_name: declaration.server_name.clone(),
+        version: declaration.version.clone(),
+        ready: instance.serving(),
+        draining: declaration.draining,
+        last_heartbeat_time: Time(instance.last_seen()),
+    }
+}
 
 impl Registry {
+    /// The object as of now: heartbeat times are the instances' latest,
+    /// which is why unchanged heartbeats re-render only once per status
+    /// refresh interval.
     pub(super) fn render(
         &self,
-        declaration: &Declaration,
+        instances: &Instances,
         lifecycle: &Lifecycle,
         resource_version: u64,
     ) -> Plugin {
+        let declaration = &instances.newest().declaration;
         let spec = declaration.spec();
-        let (reason, message) = if lifecycle.ready {
-            ("HeartbeatReceived", "the plugin is heartbeating".to_owned())
-        } else {
-            (
-                "HeartbeatLate",
-                format!(
-                    "no heartbeat for {LATE_AFTER_INTERVALS} intervals of {}s",
-                    declaration.interval.as_secs()
-                ),
-            )
-        };
+        let (reason, message) = readiness(instances, lifecycle);
+        let last_heartbeat = instances
+            .iter()
+            .map(Instance::last_seen)
+            .max()
+            .unwrap_or(lifecycle.created);
+        let expires_at = instances
+            .iter()
+            .map(|i| i.last_seen() + signed(self.ttl(i.declaration.interval)))
+            .max()
+            .unwrap_or(lifecycle.created);
         Plugin {
             api_version: API_VERSION.to_owned(),
             kind: Plugin::KIND.to_owned(),
             metadata: ObjectMeta {
                 name: Some(declaration.name.clone()),
                 uid: Some(lifecycle.uid.clone()),
-                resource_version: Some(resource_version.to_string()),
+                resource_version: Some(self.version(resource_version)),
                 creation_timestamp: Some(Time(lifecycle.created)),
                 labels: Some(v1alpha1::object_labels(&declaration.labels, &spec)),
                 ..ObjectMeta::default()
@@ -46,9 +102,10 @@ impl Registry {
                     last_transition_time: Time(lifecycle.ready_since),
                     observed_generation: None,
                 }],
-                last_heartbeat_time: Time(lifecycle.recorded),
-                expires_at: Time(lifecycle.recorded + signed(self.ttl(declaration.interval))),
+                last_heartbeat_time: Time(last_heartbeat),
+                expires_at: Time(expires_at),
                 registered_by: declaration.registered_by.clone(),
+                instances: instances.iter().map(instance_status).collect(),
             },
         }
     }

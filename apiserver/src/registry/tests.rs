@@ -16,6 +16,8 @@ fn config() -> RegistryConfig {
 fn declaration(name: &str) -> Declaration {
     Declaration {
         name: name.to_owned(),
+        instance: String::new(),
+        draining: false,
         version: "1.0.0".to_owned(),
         api: PluginApi {
             group: "myorg.org".to_owned(),
@@ -24,6 +26,7 @@ fn declaration(name: &str) -> Declaration {
         },
         implementation: "PostgreSQL".to_owned(),
         address: "127.0.0.1:50052".to_owned(),
+        server_name: String::new(),
         extensions: Vec::new(),
         labels: BTreeMap::new(),
         interval: Duration::from_secs(5),
@@ -61,7 +64,10 @@ fn first_heartbeat_registers_with_uid_and_labels() {
     assert_eq!(accepted.ttl, Duration::from_secs(15));
     let plugin = registry.get("pg").expect("registered");
     assert_eq!(plugin.metadata.uid.as_deref(), Some(accepted.uid.as_str()));
-    assert_eq!(plugin.metadata.resource_version.as_deref(), Some("1"));
+    assert_eq!(
+        plugin.metadata.resource_version.as_deref(),
+        Some(registry.version(1).as_str())
+    );
     let labels = plugin.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
         labels.get("kplug.io/api").map(String::as_str),
@@ -122,29 +128,6 @@ fn a_changed_declaration_is_modified_with_the_previous_object() {
     assert_eq!(event.object.spec.version, "1.1.0");
     let previous = event.previous.as_ref().map(|p| p.spec.version.clone());
     assert_eq!(previous.as_deref(), Some("1.0.0"));
-}
-
-#[test]
-fn another_address_for_a_live_name_is_refused_and_changes_nothing() {
-    let registry = Registry::new(config());
-    registry
-        .heartbeat(declaration("pg"), t0())
-        .expect("accepted");
-    let mut thief = declaration("pg");
-    thief.address = "10.0.0.9:50052".to_owned();
-    let refusal = registry
-        .heartbeat(thief, t0() + secs(1))
-        .expect_err("refused");
-    assert_eq!(refusal.reason(), "AddressConflict");
-    assert!(refusal.to_string().contains("127.0.0.1:50052"), "{refusal}");
-    assert_eq!(registry.resource_version(), 1);
-    assert_eq!(
-        registry
-            .get("pg")
-            .map(|p| p.spec.address.clone())
-            .as_deref(),
-        Some("127.0.0.1:50052")
-    );
 }
 
 #[test]
@@ -230,7 +213,10 @@ fn delete_checks_preconditions_and_emits_deleted() {
     let deleted = registry
         .delete("pg", &Preconditions::default())
         .expect("deleted");
-    assert_eq!(deleted.metadata.resource_version.as_deref(), Some("2"));
+    assert_eq!(
+        deleted.metadata.resource_version.as_deref(),
+        Some(registry.version(2).as_str())
+    );
     assert!(matches!(
         registry.delete("pg", &Preconditions::default()),
         Err(DeleteError::NotFound(_))
@@ -243,9 +229,9 @@ fn deregister_needs_the_registered_address() {
     registry
         .heartbeat(declaration("pg"), t0())
         .expect("accepted");
-    assert!(!registry.deregister("pg", "10.0.0.1:1"));
-    assert!(registry.deregister("pg", "127.0.0.1:50052"));
-    assert!(!registry.deregister("pg", "127.0.0.1:50052"));
+    assert!(!registry.deregister("pg", "", "10.0.0.1:1", t0()));
+    assert!(registry.deregister("pg", "", "127.0.0.1:50052", t0()));
+    assert!(!registry.deregister("pg", "", "127.0.0.1:50052", t0()));
     assert!(registry.is_empty());
 }
 
@@ -353,6 +339,9 @@ fn intervals_are_clamped() {
         Duration::from_secs(300)
     );
 }
+
+/// Several processes serving one plugin.
+mod instances;
 
 mod selection {
     use super::*;

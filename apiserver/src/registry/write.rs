@@ -1,18 +1,18 @@
-//! Changes to the registry: heartbeats, deregistration, deletes through the
-//! API, and the sweep that marks late plugins and expires silent ones.
+//! Changes to the registry: heartbeats, deregistration and deletes through
+//! the API (the sweep that marks late instances and expires silent ones is
+//! in `sweep`).
 
 use std::collections::btree_map;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::{
-    Declaration, Encoded, Entry, Event, EventType, LATE_AFTER_INTERVALS, Lifecycle, Registry,
-    State, signed,
+    Declaration, Encoded, Entry, Event, EventType, Instance, Instances, Lifecycle, Registry, State,
+    signed,
 };
-use crate::v1alpha1::Plugin;
+use crate::v1alpha1::{Plugin, PluginApi};
 
 /// A heartbeat the registry recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +26,18 @@ pub struct Accepted {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error(
-        "plugin {name:?} is already registered with address {existing:?}; a plugin's address \
-         cannot change while it is live: retry after the registration expires \
-         (at {expires_at}) or delete it with `kubectl delete plugin {name}`"
+        "plugin {name:?} serves {existing} through its other instances; instance {instance:?} \
+         declares {declared}, and every instance of a plugin must serve the same API and \
+         implementation: use another plugin name for a different API or implementation, or \
+         retry after the other instances deregister or expire (at {expires_at}), or delete \
+         the plugin with `kubectl delete plugin {name}`"
     )]
-    AddressConflict {
+    DeclarationConflict {
         name: String,
+        instance: String,
+        /// The API and implementation, as `resource.group/version (Implementation)`.
         existing: String,
+        declared: String,
         expires_at: Timestamp,
     },
     #[error(
@@ -40,14 +45,31 @@ pub enum Refusal {
          live plugin's name"
     )]
     IdentityConflict { name: String, existing: String },
+    #[error(
+        "kplug already holds {limit} plugins, the most it takes (--max-plugins): plugin \
+         {name:?} can register once another plugin deregisters or expires"
+    )]
+    TooManyPlugins { name: String, limit: usize },
+    #[error(
+        "plugin {name:?} already has {limit} instances, the most kplug takes for one plugin \
+         (--max-instances-per-plugin): instance {instance:?} can register once another \
+         deregisters or expires"
+    )]
+    TooManyInstances {
+        name: String,
+        instance: String,
+        limit: usize,
+    },
 }
 
 impl Refusal {
     /// Machine-readable reason for the heartbeat reply.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::AddressConflict { .. } => "AddressConflict",
+            Self::DeclarationConflict { .. } => "DeclarationConflict",
             Self::IdentityConflict { .. } => "IdentityConflict",
+            Self::TooManyPlugins { .. } => "TooManyPlugins",
+            Self::TooManyInstances { .. } => "TooManyInstances",
         }
     }
 }
@@ -68,8 +90,17 @@ pub enum DeleteError {
     Conflict(String),
 }
 
+/// `resource.group/version (Implementation)`, for conflict messages.
+fn served(api: &PluginApi, implementation: &str) -> String {
+    format!(
+        "{}/{} ({implementation})",
+        api.qualified_resource(),
+        api.version
+    )
+}
+
 impl Registry {
-    /// Records a heartbeat at `now`.
+    /// Records a heartbeat of one instance at `now`.
     pub fn heartbeat(&self, declaration: Declaration, now: Timestamp) -> Result<Accepted, Refusal> {
         let interval = declaration.interval;
         let accepted = |uid: &str| Accepted {
@@ -78,55 +109,54 @@ impl Registry {
             ttl: self.ttl(interval),
         };
         {
+            // Refusals too are decided under the read lock, so that a flood
+            // of heartbeats beyond the caps does not queue on the write lock.
             let state = self.state.read();
-            if let Some(entry) = state.plugins.get(&declaration.name)
-                && let Some(uid) = self.touch(entry, &declaration, now)?
-            {
+            if let Some(uid) = self.touch_or_refuse(&state, &declaration, now)? {
                 return Ok(accepted(uid));
             }
         }
 
         let mut state = self.state.write();
         let state = &mut *state;
-        let previous = match state.plugins.get(&declaration.name) {
-            Some(entry) => {
-                if let Some(uid) = self.touch(entry, &declaration, now)? {
-                    return Ok(accepted(uid));
-                }
-                Some(entry.object.clone())
-            }
-            None => None,
-        };
+        if let Some(uid) = self.touch_or_refuse(state, &declaration, now)? {
+            return Ok(accepted(uid));
+        }
+        let previous = state
+            .plugins
+            .get(&declaration.name)
+            .map(|entry| entry.object.clone());
         state.resource_version += 1;
         let resource_version = state.resource_version;
         let entry = match state.plugins.entry(declaration.name.clone()) {
             btree_map::Entry::Occupied(occupied) => {
                 let entry = occupied.into_mut();
-                if !entry.lifecycle.ready {
-                    entry.lifecycle.ready = true;
-                    entry.lifecycle.ready_since = now;
+                match entry.instances.get_mut(declaration.identity()) {
+                    // A known instance whose declaration changed, maybe
+                    // its address: then it moved.
+                    Some(instance) => {
+                        instance.declaration = declaration;
+                        instance.on_time = true;
+                        instance.seen(now);
+                    }
+                    None => entry.instances.push(Instance::new(declaration, now)),
                 }
-                entry.lifecycle.recorded = now;
-                entry.declaration = declaration;
-                self.store(entry, resource_version);
+                self.refresh(entry, now, resource_version);
                 entry
             }
             btree_map::Entry::Vacant(vacant) => {
                 let lifecycle = Lifecycle::new(now);
-                let object = self.render(&declaration, &lifecycle, resource_version);
+                let instances = Instances::new(Instance::new(declaration, now));
+                let object = self.render(&instances, &lifecycle, resource_version);
                 let encoded = Arc::new(Encoded::new(&object));
                 vacant.insert(Box::new(Entry {
-                    declaration,
+                    instances,
                     lifecycle,
-                    last_seen_ms: AtomicI64::new(now.as_millisecond()),
                     object: Arc::new(object),
                     encoded,
                 }))
             }
         };
-        entry
-            .last_seen_ms
-            .store(now.as_millisecond(), Ordering::Relaxed);
         let result = accepted(&entry.lifecycle.uid);
         let event = Event {
             event_type: if previous.is_some() {
@@ -147,68 +177,160 @@ impl Registry {
     /// forms: the only place a stored version is made, so every version is
     /// encoded once.
     fn store(&self, entry: &mut Entry, resource_version: u64) {
-        let object = self.render(&entry.declaration, &entry.lifecycle, resource_version);
+        let object = self.render(&entry.instances, &entry.lifecycle, resource_version);
         entry.encoded = Arc::new(Encoded::new(&object));
         entry.object = Arc::new(object);
     }
 
+    /// Re-derives the plugin's readiness from its instances after a change
+    /// at `now`, and stores the object anew.
+    pub(super) fn refresh(&self, entry: &mut Entry, now: Timestamp, resource_version: u64) {
+        let ready = entry.instances.iter().any(Instance::serving);
+        if ready != entry.lifecycle.ready {
+            entry.lifecycle.ready = ready;
+            entry.lifecycle.ready_since = now;
+        }
+        entry.lifecycle.refreshed = now;
+        self.store(entry, resource_version);
+    }
+
+    /// Publishes the plugin `name` as MODIFIED after its instances changed.
+    pub(super) fn modify(&self, state: &mut State, name: &str, now: Timestamp) {
+        let Some(entry) = state.plugins.get_mut(name) else {
+            return;
+        };
+        state.resource_version += 1;
+        let resource_version = state.resource_version;
+        let previous = entry.object.clone();
+        self.refresh(entry, now, resource_version);
+        let event = Event {
+            event_type: EventType::Modified,
+            resource_version,
+            object: entry.object.clone(),
+            encoded: entry.encoded.clone(),
+            previous: Some(previous),
+        };
+        self.publish(state, event);
+    }
+
+    /// [`Registry::touch`], or the refusal of a heartbeat that would add a
+    /// plugin or an instance beyond the caps; `None` means the heartbeat
+    /// must be written.
+    fn touch_or_refuse<'s>(
+        &self,
+        state: &'s State,
+        declaration: &Declaration,
+        now: Timestamp,
+    ) -> Result<Option<&'s str>, Refusal> {
+        let Some(entry) = state.plugins.get(&declaration.name) else {
+            let limit = self.config.max_plugins;
+            if state.plugins.len() >= limit {
+                return Err(Refusal::TooManyPlugins {
+                    name: declaration.name.clone(),
+                    limit,
+                });
+            }
+            return Ok(None);
+        };
+        let touched = self.touch(entry, declaration, now)?;
+        let limit = self.config.max_instances;
+        if touched.is_none()
+            && entry.instances.get(declaration.identity()).is_none()
+            && entry.instances.len() >= limit
+        {
+            return Err(Refusal::TooManyInstances {
+                name: declaration.name.clone(),
+                instance: declaration.identity().to_owned(),
+                limit,
+            });
+        }
+        Ok(touched)
+    }
+
     /// For a heartbeat that changes nothing, only records when it came and
-    /// returns the registration's uid; `None` means the entry must be rewritten.
+    /// returns the registration's uid; `None` means the entry must be
+    /// rewritten (or the instance added).
     fn touch<'e>(
         &self,
         entry: &'e Entry,
         declaration: &Declaration,
         now: Timestamp,
     ) -> Result<Option<&'e str>, Refusal> {
-        self.check_ownership(entry, declaration)?;
-        if self.needs_write(entry, declaration, now) {
+        self.admit(entry, declaration)?;
+        let Some(instance) = entry.instances.get(declaration.identity()) else {
+            return Ok(None);
+        };
+        if !instance.on_time
+            || instance.declaration != *declaration
+            || now.duration_since(entry.lifecycle.refreshed) >= signed(self.config.status_refresh)
+        {
             return Ok(None);
         }
-        entry
-            .last_seen_ms
-            .store(now.as_millisecond(), Ordering::Relaxed);
+        instance.seen(now);
         Ok(Some(&entry.lifecycle.uid))
     }
 
-    fn check_ownership(&self, entry: &Entry, declaration: &Declaration) -> Result<(), Refusal> {
-        let existing = &entry.declaration;
-        if existing.registered_by != declaration.registered_by {
+    /// Whether `declaration` may join (or stay in) `entry`: same identity
+    /// as the plugin's, and the same API and implementation as its other
+    /// instances.
+    fn admit(&self, entry: &Entry, declaration: &Declaration) -> Result<(), Refusal> {
+        let owner = &entry.instances.newest().declaration.registered_by;
+        if *owner != declaration.registered_by {
             return Err(Refusal::IdentityConflict {
                 name: declaration.name.clone(),
-                existing: existing.registered_by.clone().unwrap_or_default(),
+                existing: owner.clone().unwrap_or_default(),
             });
         }
-        if existing.address != declaration.address {
-            return Err(Refusal::AddressConflict {
+        let identity = declaration.identity();
+        if let Some(other) = entry.instances.other_than(identity)
+            && (other.declaration.api != declaration.api
+                || other.declaration.implementation != declaration.implementation)
+        {
+            let expires_at = entry
+                .instances
+                .iter()
+                .filter(|i| i.declaration.identity() != identity)
+                .map(|i| i.last_seen() + signed(self.ttl(i.declaration.interval)))
+                .max()
+                .unwrap_or(Timestamp::UNIX_EPOCH);
+            return Err(Refusal::DeclarationConflict {
                 name: declaration.name.clone(),
-                existing: existing.address.clone(),
-                expires_at: entry.last_seen() + signed(self.ttl(existing.interval)),
+                instance: identity.to_owned(),
+                existing: served(&other.declaration.api, &other.declaration.implementation),
+                declared: served(&declaration.api, &declaration.implementation),
+                expires_at,
             });
         }
         Ok(())
     }
 
-    fn needs_write(&self, entry: &Entry, declaration: &Declaration, now: Timestamp) -> bool {
-        !entry.lifecycle.ready
-            || entry.declaration != *declaration
-            || now.duration_since(entry.lifecycle.recorded) >= signed(self.config.status_refresh)
-    }
-
-    /// Removes a registration on the plugin's own request. Only the address
-    /// that registered may deregister, so a stale process cannot remove its
-    /// successor.
-    pub fn deregister(&self, name: &str, address: &str) -> bool {
+    /// Removes one instance on its own request; the plugin goes with its
+    /// last instance. `instance` empty (plugins before instances) matches
+    /// by address alone; otherwise both must match, so that a stale process
+    /// cannot remove its successor.
+    pub fn deregister(&self, name: &str, instance: &str, address: &str, now: Timestamp) -> bool {
+        let matches = |i: &Instance| {
+            i.declaration.address == address
+                && (instance.is_empty() || i.declaration.instance == instance)
+        };
         let mut state = self.state.write();
-        match state.plugins.get(name) {
-            Some(entry) if entry.declaration.address == address => {
-                self.remove(&mut state, name);
-                true
-            }
-            _ => false,
+        let state = &mut *state;
+        let Some(entry) = state.plugins.get_mut(name) else {
+            return false;
+        };
+        if !entry.instances.iter().any(matches) {
+            return false;
         }
+        match entry.instances.retain(|i| !matches(i)) {
+            Some(_) => self.modify(state, name, now),
+            None => {
+                self.remove(state, name);
+            }
+        }
+        true
     }
 
-    /// Evicts a registration through the API.
+    /// Evicts a registration, every instance with it, through the API.
     pub fn delete(
         &self,
         name: &str,
@@ -245,80 +367,13 @@ impl Registry {
             .ok_or_else(|| DeleteError::NotFound(name.to_owned()))
     }
 
-    /// Marks late plugins not Ready and garbage-collects expired ones.
-    /// Returns how many registrations were removed.
-    pub fn sweep(&self, now: Timestamp) -> usize {
-        let (late, expired) = {
-            let state = self.state.read();
-            let mut late = Vec::new();
-            let mut expired = Vec::new();
-            for (name, entry) in &state.plugins {
-                let silent = now.duration_since(entry.last_seen());
-                let interval = entry.declaration.interval;
-                if silent >= signed(self.ttl(interval)) {
-                    expired.push(name.clone());
-                } else if entry.lifecycle.ready && silent >= signed(interval * LATE_AFTER_INTERVALS)
-                {
-                    late.push(name.clone());
-                }
-            }
-            (late, expired)
-        };
-        if late.is_empty() && expired.is_empty() {
-            return 0;
-        }
-        let mut state = self.state.write();
-        let mut removed = 0;
-        for name in expired {
-            // Re-check under the write lock: a heartbeat may have arrived.
-            let still_expired = state.plugins.get(&name).is_some_and(|entry| {
-                now.duration_since(entry.last_seen())
-                    >= signed(self.ttl(entry.declaration.interval))
-            });
-            if still_expired {
-                tracing::info!(plugin = %name, "plugin expired: no heartbeat within its TTL");
-                self.remove(&mut state, &name);
-                self.expired.fetch_add(1, Ordering::Relaxed);
-                removed += 1;
-            }
-        }
-        for name in late {
-            let state = &mut *state;
-            let Some(entry) = state.plugins.get_mut(&name) else {
-                continue;
-            };
-            let silent = now.duration_since(entry.last_seen());
-            if !entry.lifecycle.ready
-                || silent < signed(entry.declaration.interval * LATE_AFTER_INTERVALS)
-            {
-                continue;
-            }
-            tracing::info!(plugin = %name, "plugin heartbeat late: marking not Ready");
-            entry.lifecycle.ready = false;
-            entry.lifecycle.ready_since = now;
-            state.resource_version += 1;
-            let resource_version = state.resource_version;
-            let previous = entry.object.clone();
-            self.store(entry, resource_version);
-            let event = Event {
-                event_type: EventType::Modified,
-                resource_version,
-                object: entry.object.clone(),
-                encoded: entry.encoded.clone(),
-                previous: Some(previous),
-            };
-            self.publish(state, event);
-        }
-        removed
-    }
-
-    fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Plugin>> {
+    pub(super) fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Plugin>> {
         let entry = state.plugins.remove(name)?;
         state.resource_version += 1;
         let resource_version = state.resource_version;
         // Like Kubernetes, the deleted object carries the deletion's resourceVersion.
         let mut object = (*entry.object).clone();
-        object.metadata.resource_version = Some(resource_version.to_string());
+        object.metadata.resource_version = Some(self.version(resource_version));
         let encoded = Arc::new(Encoded::new(&object));
         let object = Arc::new(object);
         let event = Event {

@@ -1,8 +1,11 @@
 //! Wiring: listeners, TLS, background tasks and shutdown.
 
+mod busy;
 pub mod certs;
+pub mod front_door;
 pub mod health;
 pub mod pki;
+pub mod pki_plugins;
 pub mod serving_cert;
 pub mod standalone;
 pub mod tls;
@@ -20,7 +23,6 @@ use jiff::Timestamp;
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 
 use crate::api::metrics::{InstrumentLayer, RequestMetrics};
 use crate::api::status::ApiError;
@@ -30,8 +32,9 @@ use crate::auth::delegated::Delegated;
 use crate::auth::verifier::{optional_client_auth, roots};
 use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
 use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
-use crate::proxy::{Proxy, ProxyMetrics};
+use crate::proxy::{PluginTls, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
+use front_door::{ConnectionMetrics, Door, Limits};
 use serving_cert::ServingCert;
 
 /// How often expired registrations are collected. Well under the shortest
@@ -40,10 +43,17 @@ const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 
 /// The HTTP application: probes open to all, the API and `/metrics` behind
 /// authentication and authorization, every request counted.
-pub fn app(state: AppState, openapi: Arc<OpenApi>, auth: Arc<Auth>, metrics: &Metrics) -> Router {
+/// `/readyz` fails until `warmup` has passed (see [`health::router`]).
+pub fn app(
+    state: AppState,
+    openapi: Arc<OpenApi>,
+    auth: Arc<Auth>,
+    metrics: &Metrics,
+    warmup: Duration,
+) -> Router {
     let api = api::router(state, openapi, metrics.registry.clone())
         .layer(axum::middleware::from_fn_with_state(auth, guard));
-    health::router()
+    health::router(warmup)
         .merge(api)
         .layer(InstrumentLayer::new(metrics.requests.clone()))
 }
@@ -102,6 +112,33 @@ async fn bind(address: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("binding the {what} address {address}"))
 }
 
+/// Raises the soft limit on open files to the hard one, as Go programs
+/// (kube-apiserver among them) do at start: the default soft limit (often
+/// 1024) would otherwise fail `accept` well before `--max-connections`.
+fn raise_open_files_limit(limits: &Limits) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
+        && current < maximum
+    {
+        limit.current = Some(maximum);
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %e, "cannot raise the open files limit");
+        }
+    }
+    // Two listeners, plus files, plugins and kube-apiserver.
+    let wanted = 2 * limits.max_connections as u64 + 256;
+    if let Some(current) = getrlimit(Resource::Nofile).current
+        && current < wanted
+    {
+        tracing::warn!(
+            open_files_limit = current,
+            max_connections = limits.max_connections,
+            "the open files limit is below what --max-connections on both listeners needs: accepting fails first"
+        );
+    }
+}
+
 /// The parts both modes share.
 struct Core {
     registry: Arc<Registry>,
@@ -110,13 +147,19 @@ struct Core {
     openapi: Arc<OpenApi>,
     metrics: Metrics,
     heartbeat_metrics: HeartbeatMetrics,
+    connections: ConnectionMetrics,
+    limits: Limits,
+    /// How long after start `/readyz` still fails (cluster mode).
+    readiness_warmup: Duration,
 }
 
 impl Core {
-    /// `metrics` may hold families of the caller's parts already.
+    /// `metrics` may hold families of the caller's parts already; plugins
+    /// are dialed with `plugin_tls`, in plaintext without.
     fn new(
         tuning: &Tuning,
         mut metrics: prometheus_client::registry::Registry,
+        plugin_tls: Option<Arc<PluginTls>>,
     ) -> anyhow::Result<Self> {
         let registry = Arc::new(Registry::new((&tuning.registry).into()));
         let requests = RequestMetrics::default();
@@ -125,10 +168,16 @@ impl Core {
         heartbeat_metrics.register(&mut metrics);
         let proxy_metrics = ProxyMetrics::default();
         proxy_metrics.register(&mut metrics);
+        let connections = ConnectionMetrics::default();
+        connections.register(&mut metrics);
         metrics.register_collector(Box::new(RegistryCollector(registry.clone())));
         kubert_prometheus_process::register(metrics.sub_registry_with_prefix("process"))
             .context("registering process metrics")?;
-        let proxy = Arc::new(Proxy::new((&tuning.proxy).into()).with_metrics(proxy_metrics));
+        let proxy = Arc::new(
+            Proxy::new((&tuning.proxy).into())
+                .with_metrics(proxy_metrics)
+                .with_tls(plugin_tls),
+        );
         let state = AppState {
             registry: registry.clone(),
             proxy: proxy.clone(),
@@ -145,36 +194,59 @@ impl Core {
                 requests,
             },
             heartbeat_metrics,
+            connections,
+            limits: (&tuning.serving).into(),
+            readiness_warmup: Duration::ZERO,
         })
     }
 
-    /// Serves until SIGINT or SIGTERM. `grpc` serves heartbeats; the
-    /// registry's background tasks run alongside.
+    /// Serves the API on `https` and heartbeats through `heartbeats` until
+    /// SIGINT or SIGTERM; the registry's background tasks run alongside.
     async fn run(
         self,
         https: TcpListener,
         tls: Arc<rustls::ServerConfig>,
         auth: Arc<Auth>,
-        grpc: impl FnOnce(watch::Receiver<bool>) -> tokio::task::JoinHandle<anyhow::Result<()>>,
+        heartbeats: Door,
         stop: watch::Sender<bool>,
     ) -> anyhow::Result<()> {
+        raise_open_files_limit(&self.limits);
         let stopped = stop.subscribe();
-        let app = app(self.state, self.openapi, auth.clone(), &self.metrics);
-        let https_task = tokio::spawn(tls::serve(https, tls, app, auth, stopped.clone()));
-        let grpc_task = grpc(stopped.clone());
+        let api = Door {
+            name: "api",
+            listener: https,
+            tls: Some(tls),
+            app: app(
+                self.state,
+                self.openapi,
+                auth.clone(),
+                &self.metrics,
+                self.readiness_warmup,
+            ),
+        };
+        let serve = |door| {
+            tokio::spawn(front_door::serve(
+                door,
+                auth.clone(),
+                self.limits,
+                self.connections.clone(),
+                stopped.clone(),
+            ))
+        };
+        let api_task = serve(api);
+        let heartbeats_task = serve(heartbeats);
         let forget_task = tokio::spawn(self.proxy.forget_departed(self.registry.clone()));
-        let sweep_task = tokio::spawn(sweep(self.registry, stopped));
+        let sweep_task = tokio::spawn(sweep(self.registry, stopped.clone()));
 
         shutdown_signal().await;
         tracing::info!("shutting down");
         let _ = stop.send(true);
-        let _ = https_task.await;
+        let _ = api_task.await;
         let _ = sweep_task.await;
         forget_task.abort();
-        match grpc_task.await {
-            Ok(result) => result.context("gRPC server"),
-            Err(e) => Err(anyhow::anyhow!("gRPC server task failed: {e}")),
-        }
+        heartbeats_task
+            .await
+            .map_err(|e| anyhow::anyhow!("the heartbeat listener failed: {e}"))
     }
 }
 
@@ -190,24 +262,18 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         .with_context(|| format!("preparing certificates in {}", dir.display()))?;
     let cert = Arc::new(ServingCert::fixed(&local.serving.cert, &local.serving.key)?);
     let tls = tls::server_config(cert, optional_client_auth(roots(&local.ca_pem)?))?;
-    let core = Core::new(&config.tuning, Default::default())?;
-    // Heartbeats are plain gRPC, trusted: standalone mode is for one machine.
-    let heartbeats = HeartbeatService::new(core.registry.clone(), None)
-        .with_metrics(core.heartbeat_metrics.clone())
-        .into_server();
-    let grpc_server = move |mut stopped: watch::Receiver<bool>| {
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(heartbeats)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(grpc).with_nodelay(Some(true)),
-                    async move {
-                        let _ = stopped.changed().await;
-                    },
-                )
-                .await
-                .map_err(anyhow::Error::from)
-        })
+    let core = Core::new(&config.tuning, Default::default(), None)?;
+    // Heartbeats are plain gRPC (h2c), trusted: standalone mode is for one machine.
+    let heartbeats = Door {
+        name: "heartbeats",
+        listener: grpc,
+        tls: None,
+        app: tonic::service::Routes::new(
+            HeartbeatService::new(core.registry.clone(), None)
+                .with_metrics(core.heartbeat_metrics.clone())
+                .into_server(),
+        )
+        .into_axum_router(),
     };
 
     tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug standalone is serving");
@@ -217,7 +283,7 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         local.kubeconfig.display(),
     );
     let (stop, _) = watch::channel(false);
-    core.run(https, tls, Arc::new(Auth::Standalone), grpc_server, stop)
+    core.run(https, tls, Arc::new(Auth::Standalone), heartbeats, stop)
         .await
 }
 
@@ -244,6 +310,8 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         )
         .context("loading the serving certificate")?,
     );
+    let plugin_tls = PluginTls::start(config.plugin_tls.files().map_err(anyhow::Error::msg)?)
+        .context("loading the plugin TLS files")?;
     let client = kube_client(&config).await?;
     let delegated = Arc::new(Delegated::new(client, (&config).into()));
     delegated.load().await;
@@ -256,25 +324,27 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     let grpc_tls = tls::server_config(cert.clone(), WebPkiClientVerifier::no_client_auth())?;
     let mut metrics = prometheus_client::registry::Registry::default();
     delegated.metrics().register(&mut metrics);
-    let core = Core::new(&config.tuning, metrics)?;
+    let mut core = Core::new(&config.tuning, metrics, plugin_tls.clone())?;
+    core.readiness_warmup = config.readiness_warmup;
     let auth = Arc::new(Auth::Delegated(delegated.clone()));
-    let heartbeats = tonic::service::Routes::new(
-        HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
-            .with_metrics(core.heartbeat_metrics.clone())
-            .into_server(),
-    )
-    .into_axum_router();
-    let grpc_auth = auth.clone();
-    let grpc_server = move |stopped: watch::Receiver<bool>| {
-        tokio::spawn(async move {
-            tls::serve(grpc, grpc_tls, heartbeats, grpc_auth, stopped).await;
-            Ok(())
-        })
+    let heartbeats = Door {
+        name: "heartbeats",
+        listener: grpc,
+        tls: Some(grpc_tls),
+        app: tonic::service::Routes::new(
+            HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
+                .with_metrics(core.heartbeat_metrics.clone())
+                .into_server(),
+        )
+        .into_axum_router(),
     };
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(delegated.follow());
-    tokio::spawn(cert.follow(config.cert_reload_interval, stopped));
+    tokio::spawn(cert.follow(config.cert_reload_interval, stopped.clone()));
+    if let Some(plugin_tls) = plugin_tls {
+        tokio::spawn(plugin_tls.follow(config.cert_reload_interval, stopped));
+    }
 
     tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug is serving");
-    core.run(https, tls, auth, grpc_server, stop).await
+    core.run(https, tls, auth, heartbeats, stop).await
 }

@@ -1,6 +1,7 @@
 //! A small certificate authority for standalone mode: the CA, the serving
 //! certificate and the admin client certificate that kubectl presents.
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -58,18 +59,47 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
 }
 
 /// Writes `contents` to `path`, readable by the owner only when `secret`.
+///
+/// The bytes go to a new file in the same directory, created with its
+/// final mode, then renamed over `path`: a secret is never readable by
+/// others, not even for the moment between a write and a chmod, nor written
+/// into an existing file whose mode is looser; and a reader (the serving
+/// certificate's reload) sees the old file or the new one, never half of one.
 pub fn write(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
     let io = |source| PkiError::Io {
         path: path.to_owned(),
         source,
     };
-    std::fs::write(path, contents).map_err(io)?;
-    #[cfg(unix)]
-    if secret {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
-    }
+    let mut file = create_beside(path, secret).map_err(io)?;
+    file.write_all(contents.as_bytes()).map_err(io)?;
+    file.as_file().sync_all().map_err(io)?;
+    file.persist(path).map_err(|e| io(e.error))?;
     Ok(())
+}
+
+/// An empty temporary file next to `path`, owner-only when `secret`,
+/// removed unless persisted.
+fn create_beside(path: &Path, secret: bool) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map_or_else(
+        || ".kplug".into(),
+        |name| format!(".{}", name.to_string_lossy()),
+    );
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&name).suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(if secret {
+            0o600
+        } else {
+            0o644
+        }));
+    }
+    builder.tempfile_in(dir)
 }
 
 impl CertificateAuthority {
@@ -179,5 +209,71 @@ impl CertificateAuthority {
             cert: cert.pem(),
             key: key.serialize_pem(),
         })
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_secret_file_is_owner_only_before_its_first_byte() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = create_beside(&dir.path().join("ca.key"), true).expect("create");
+        let metadata = file.as_file().metadata().expect("metadata");
+        assert_eq!(metadata.len(), 0);
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+        let public = create_beside(&dir.path().join("ca.crt"), false).expect("create");
+        let mode = public
+            .as_file()
+            .metadata()
+            .expect("metadata")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077 & !0o044, 0, "{mode:o}");
+    }
+
+    #[test]
+    fn secrets_are_written_owner_only_and_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = dir.path().join("tls.key");
+        write(&key, "secret", true).expect("write");
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(std::fs::read_to_string(&key).expect("read"), "secret");
+        // Nothing left beside it.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("tls.key")]);
+    }
+
+    #[test]
+    fn a_world_readable_file_in_the_way_never_receives_the_secret() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = dir.path().join("tls.key");
+        std::fs::write(&key, "old").expect("write");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        // Another name for the old inode, as a reader holding it open would see it.
+        let old = dir.path().join("old-inode");
+        std::fs::hard_link(&key, &old).expect("link");
+        write(&key, "secret", true).expect("write");
+        assert_eq!(std::fs::read_to_string(&old).expect("read"), "old");
+        assert_eq!(mode(&old), 0o644);
+        assert_eq!(mode(&key), 0o600);
+        assert_ne!(
+            std::fs::metadata(&key).expect("metadata").ino(),
+            std::fs::metadata(&old).expect("metadata").ino()
+        );
     }
 }

@@ -23,7 +23,7 @@ pub struct LocalState {
 /// Loads or makes the CA in `dir`, issues a serving certificate for
 /// `listen` and an admin client certificate, and writes `dir/kubeconfig`.
 pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<LocalState, PkiError> {
-    std::fs::create_dir_all(dir).map_err(|source| PkiError::Io {
+    private_dir(dir).map_err(|source| PkiError::Io {
         path: dir.to_owned(),
         source,
     })?;
@@ -48,6 +48,17 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<LocalState, PkiError> {
         serving,
         kubeconfig,
     })
+}
+
+/// Creates `dir` (and missing parents) for the owner only: it holds the
+/// CA key and the admin's credentials. An existing directory is left as
+/// it is; the secrets in it are owner-only anyway.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// The URL kubectl should use for an address kplug listens on.

@@ -253,7 +253,8 @@ fn proxy_error(error: ProxyError) -> ApiError {
             message,
             retry_after: RETRY_AFTER_SECONDS,
         },
-        ProxyError::Unavailable { .. } => ApiError::ServiceUnavailable {
+        // A TLS failure is often a rotation in progress on one side: retry.
+        ProxyError::Unavailable { .. } | ProxyError::Tls { .. } => ApiError::ServiceUnavailable {
             message,
             retry_after: RETRY_AFTER_SECONDS,
         },
