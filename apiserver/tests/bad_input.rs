@@ -78,7 +78,10 @@ fn http_errors_are_statuses_with_the_right_code_and_reason() {
         (("GET", "/apis/nothing.example.com/v1".into(), &[], None), (404, "NotFound", NO_ROUTE)),
         (("GET", plugins("/ghost"), &[], None), (404, "NotFound", r#"plugins.plugins.kplug.io "ghost" not found"#)),
         (("GET", plugins("?resourceVersion=abc"), &[], None), (400, "BadRequest", "resourceVersion")),
-        (("GET", plugins("?resourceVersion=999999"), &[], None), (504, "Timeout", "Too large resource version: 999999")),
+        // A bare number is another process's (kplug before epochs, or kube-apiserver's).
+        (("GET", plugins("?resourceVersion=999999"), &[], None), (410, "Expired", "too old resource version: 999999")),
+        // {"rv":"00000000.1","start":"a"}: a continue token of another kplug process.
+        (("GET", plugins("?continue=eyJydiI6IjAwMDAwMDAwLjEiLCJzdGFydCI6ImEifQ"), &[], None), (410, "Expired", "The provided continue parameter is too old")),
         (("GET", plugins("?labelSelector=a%20in%20("), &[], None), (400, "BadRequest", "unable to parse requirement")),
         (("GET", plugins("?fieldSelector=spec.x%3Dy"), &[], None), (400, "BadRequest", r#""spec.x" is not a known field selector"#)),
         (("GET", plugins("?limit=ten"), &[], None), (400, "BadRequest", r#"limit: Invalid value: "ten""#)),
@@ -137,9 +140,23 @@ fn a_watch_from_a_compacted_resource_version_gets_an_expired_error_event() {
             assert!(reply.get_ref().accepted);
         }
     });
+    // resourceVersions are EPOCH.COUNTER; this process counted 4 changes.
+    let (code, list) = kplug.curl("GET", PLUGINS, &[], None);
+    assert_eq!(code, 200, "{list}");
+    let list: serde_json::Value = serde_json::from_str(&list).expect("list");
+    let current = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let (epoch, counter) = current.split_once('.').expect("EPOCH.COUNTER");
+    assert_eq!(counter, "4", "{current}");
+
+    let too_large = format!("{PLUGINS}?resourceVersion={epoch}.999999");
+    let expected = (504, "Timeout", "Too large resource version");
+    assert_status(&kplug, ("GET", &too_large, &[], None), expected);
+
     let (code, body) = kplug.curl(
         "GET",
-        &format!("{PLUGINS}?watch=1&resourceVersion=1&timeoutSeconds=1"),
+        &format!("{PLUGINS}?watch=1&resourceVersion={epoch}.1&timeoutSeconds=1"),
         &[],
         None,
     );
@@ -153,7 +170,7 @@ fn a_watch_from_a_compacted_resource_version_gets_an_expired_error_event() {
     // A resumable resourceVersion replays exactly the later events.
     let (code, body) = kplug.curl(
         "GET",
-        &format!("{PLUGINS}?watch=1&resourceVersion=3&timeoutSeconds=1"),
+        &format!("{PLUGINS}?watch=1&resourceVersion={epoch}.3&timeoutSeconds=1"),
         &[],
         None,
     );
@@ -193,6 +210,20 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             (
                 heartbeat("ok", "host:70000"),
                 "address: Invalid value: \"host:70000\"",
+            ),
+            (
+                HeartbeatRequest {
+                    instance: "Pod_0".to_owned(),
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "instance: Invalid value: \"Pod_0\": a lowercase RFC 1123 subdomain",
+            ),
+            (
+                HeartbeatRequest {
+                    server_name: "plugin.svc:443".to_owned(),
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "serverName: Invalid value: \"plugin.svc:443\": must be an IP address or a DNS name",
             ),
             (
                 HeartbeatRequest {
@@ -253,15 +284,20 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             .expect("reply")
             .into_inner();
         assert!(first.accepted, "{first:?}");
+        // Another address is another instance, but it must serve what the
+        // live one serves.
         let conflict = client
-            .heartbeat(heartbeat("owner", "127.0.0.1:7001"))
+            .heartbeat(HeartbeatRequest {
+                implementation: "MariaDB".to_owned(),
+                ..heartbeat("owner", "127.0.0.1:7001")
+            })
             .await
             .expect("reply")
             .into_inner();
         assert!(!conflict.accepted);
-        assert_eq!(conflict.reason, "AddressConflict");
+        assert_eq!(conflict.reason, "DeclarationConflict");
         assert!(
-            conflict.message.contains("127.0.0.1:7000"),
+            conflict.message.contains("(PostgreSQL)") && conflict.message.contains("(MariaDB)"),
             "{}",
             conflict.message
         );
@@ -276,6 +312,11 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
     assert_eq!(
         owner["spec"]["address"], "127.0.0.1:7000",
         "the conflicting heartbeat swapped nothing"
+    );
+    assert_eq!(
+        owner["status"]["instances"].as_array().map(Vec::len),
+        Some(1),
+        "the conflicting heartbeat added no instance"
     );
     // The server is still healthy after all of it.
     let (code, _) = kplug.curl("GET", "/readyz", &[], None);

@@ -27,6 +27,8 @@ const KPLUG_FLAGS: &[&str] = &[
     "1s",
     "--min-heartbeat-interval",
     "1s",
+    "--readiness-warmup",
+    "1h",
     "--log",
     "info,kplug_apiserver::auth=debug",
 ];
@@ -52,12 +54,10 @@ fn kplug_behind_a_real_kube_apiserver() {
     // serving, registered through the real APIService.
     let kplug = AggregatedKplug::start(&cluster, work.path(), KPLUG_FLAGS);
     assert!(!kplug.ca_bundle.trim().is_empty(), "prints the caBundle");
-    kplug
-        .log
-        .wait_for(Duration::from_secs(10), "the auth ConfigMap loaded", |l| {
-            l.contains("loaded kube-system/extension-apiserver-authentication")
-                && l.contains("front_proxy=true")
-        });
+    kplug.wait_for_log(Duration::from_secs(10), "the auth ConfigMap loaded", |l| {
+        l.contains("loaded kube-system/extension-apiserver-authentication")
+            && l.contains("front_proxy=true")
+    });
     let certs = kplug.certs.clone();
     // kube-apiserver's front proxy identity: what the aggregator presents.
     let front_proxy = (
@@ -406,9 +406,13 @@ fn kplug_behind_a_real_kube_apiserver() {
         code, 403,
         "a plugin's token may heartbeat, not list: {body}"
     );
-    // Probes need nothing.
-    let (_, code, _) = kplug.curl(None, &[], "/readyz");
+    // Probes need nothing. Ready only after the warm-up (an hour here):
+    // a new replica must hear every plugin first.
+    let (_, code, _) = kplug.curl(None, &[], "/livez");
     assert_eq!(code, 200);
+    let (_, code, body) = kplug.curl(None, &[], "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("[-]registry-warmup failed"), "{body}");
 
     // The auth ConfigMap changed while running: followed.
     cluster.kubectl_ok(&[

@@ -3,27 +3,12 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use kplug_test_support::StandaloneKplug;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-
-fn plugins_resource() -> ApiResource {
-    ApiResource {
-        group: "plugins.kplug.io".to_owned(),
-        version: "v1alpha1".to_owned(),
-        api_version: "plugins.kplug.io/v1alpha1".to_owned(),
-        kind: "Plugin".to_owned(),
-        plural: "plugins".to_owned(),
-    }
-}
+use kplug_test_support::{StandaloneKplug, kube_client, plugins_resource};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
 
 async fn client(kplug: &StandaloneKplug) -> Client {
-    let kubeconfig = Kubeconfig::read_from(&kplug.kubeconfig).expect("read kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kube config");
-    Client::try_from(config).expect("kube client")
+    kube_client(&kplug.kubeconfig, None).await
 }
 
 #[tokio::test]

@@ -65,6 +65,7 @@ fn get_shows_a_table_with_the_documented_columns() {
             "IMPLEMENTATION",
             "VERSION",
             "READY",
+            "INSTANCES",
             "LAST HEARTBEAT",
             "AGE"
         ],
@@ -76,17 +77,18 @@ fn get_shows_a_table_with_the_documented_columns() {
         .split_whitespace()
         .collect();
     assert_eq!(
-        row[..5],
+        row[..6],
         [
             "database-table-postgresql-plugin",
             "databasetables.myorg.org",
             "PostgreSQL",
             "0.1.0",
-            "True"
+            "True",
+            "1/1"
         ],
         "{table}"
     );
-    assert!(row[5].ends_with('s'), "last heartbeat in seconds: {table}");
+    assert!(row[6].ends_with('s'), "last heartbeat in seconds: {table}");
 
     let wide = kplug.kubectl_ok(&["get", "plugins", "-o", "wide"]);
     assert!(
@@ -136,6 +138,8 @@ fn yaml_json_and_describe_show_spec_and_status() {
     );
     assert!(json["status"]["lastHeartbeatTime"].is_string());
     assert!(json["status"]["expiresAt"].is_string());
+    assert_eq!(json["status"]["instances"][0]["address"], address.as_str());
+    assert_eq!(json["status"]["instances"][0]["ready"], true);
 
     let list: serde_json::Value =
         serde_json::from_str(&kplug.kubectl_ok(&["get", "plugins", "-o", "json"])).expect("json");

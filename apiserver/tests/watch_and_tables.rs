@@ -114,7 +114,11 @@ fn bookmarks_and_initial_events_end() {
         end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
         "true"
     );
-    assert_eq!(end["object"]["metadata"]["resourceVersion"], "2");
+    // The bookmark is at the version of the last initial event.
+    assert_eq!(
+        end["object"]["metadata"]["resourceVersion"],
+        events[1]["object"]["metadata"]["resourceVersion"]
+    );
     let periodic = events[3..]
         .iter()
         .filter(|e| e["type"] == "BOOKMARK")
@@ -190,18 +194,21 @@ fn tables_honour_include_object_and_watch_rows() {
             "Implementation",
             "Version",
             "Ready",
+            "Instances",
             "Last Heartbeat",
             "Age",
             "Address"
         ]
     );
     assert_eq!(
-        default["columnDefinitions"][7]["priority"], 1,
+        default["columnDefinitions"][8]["priority"], 1,
         "ADDRESS only with -o wide"
     );
     let row = &default["rows"][0];
     assert_eq!(row["cells"][0], "t");
     assert_eq!(row["cells"][1], "things.example.com");
+    assert_eq!(row["cells"][5], "1/1", "Ready instances / all");
+    assert_eq!(row["cells"][8], "127.0.0.1:9");
     assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
     assert_eq!(row["object"]["metadata"]["name"], "t");
     assert!(row["object"].get("spec").is_none());

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -32,11 +33,29 @@ pub struct Installation {
     pub ca_bundle: String,
 }
 
+/// `deploy/` as `kubectl apply -k` would apply it, less what the cluster
+/// cannot serve: the test control plane's kube-apiserver v1.20 predates
+/// `policy/v1` (Kubernetes 1.21), so the PodDisruptionBudget is left out
+/// there, and only there.
+fn deploy_manifests(cluster: &ControlPlane) -> String {
+    let rendered =
+        cluster.kubectl_ok(&["kustomize", &repo_root().join("deploy").to_string_lossy()]);
+    let versions = cluster.kubectl_ok(&["api-versions"]);
+    if versions.lines().any(|v| v.trim() == "policy/v1") {
+        return rendered;
+    }
+    rendered
+        .split("\n---\n")
+        .filter(|document| !document.contains("kind: PodDisruptionBudget"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
 impl Installation {
     /// Applies `deploy/` (`kubectl apply -k`), writes kplug's kubeconfig and
     /// makes its certificates, all under `work_dir`.
     pub fn install(cluster: &ControlPlane, work_dir: &Path) -> Self {
-        cluster.kubectl_ok(&["apply", "-k", &repo_root().join("deploy").to_string_lossy()]);
+        cluster.apply(&deploy_manifests(cluster));
         let kubeconfig = work_dir.join("kplug.kubeconfig");
         cluster.kubeconfig_for_token(&kubeconfig, &cluster.token("kplug-system", "kplug"));
         let certs = work_dir.join("kplug-certs");
@@ -71,6 +90,8 @@ pub struct AggregatedKplug {
     process: Process,
     /// kplug's log (stderr, without colours).
     pub log: Lines,
+    /// The log lines read while waiting for kplug to serve.
+    startup: Vec<String>,
     /// The HTTPS port of the API (the certificate is for `localhost`).
     pub https: u16,
     /// The gRPC (TLS) port plugins heartbeat to.
@@ -120,12 +141,18 @@ impl AggregatedKplug {
                 .stdout(Stdio::null()),
             "kplug-apiserver serve",
         );
+        let startup = Mutex::new(Vec::new());
         log.wait_for(Duration::from_secs(30), "kplug serving", |l| {
+            startup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(l.to_owned());
             l.contains("kplug is serving")
         });
         Self {
             process,
             log,
+            startup: startup.into_inner().unwrap_or_else(PoisonError::into_inner),
             https,
             grpc,
             certs: certs.clone(),
@@ -173,6 +200,21 @@ impl AggregatedKplug {
             Duration::from_secs(30),
             || cluster.kubectl_check(&["get", "--raw", GROUP_VERSION]),
         );
+    }
+
+    /// The first log line since start that satisfies `want`, whether it came
+    /// before kplug served (startup lines are read while waiting for that)
+    /// or comes within `within`; panics as [`Lines::wait_for`].
+    pub fn wait_for_log(
+        &self,
+        within: Duration,
+        what: &str,
+        want: impl Fn(&str) -> bool,
+    ) -> String {
+        match self.startup.iter().find(|line| want(line)) {
+            Some(line) => line.clone(),
+            None => self.log.wait_for(within, what, want),
+        }
     }
 
     pub fn pid(&self) -> u32 {

@@ -18,14 +18,17 @@ mod credentials;
 mod curl;
 pub mod database_table;
 mod kplug;
+mod kube_client;
 mod kubectl;
 pub mod mariadb;
 pub mod measure;
 pub mod metrics;
+mod plugin_certs;
 mod plugins;
 pub mod postgres;
 mod process;
 pub mod report;
+mod service;
 mod standalone;
 mod widgets;
 mod workspace;
@@ -33,11 +36,16 @@ mod workspace;
 pub use control_plane::ControlPlane;
 pub use credentials::{client_cert, expired_token};
 pub use kplug::{AggregatedKplug, Installation};
+pub use kube_client::{kube_client, plugins_resource};
 pub use kubectl::{KUBECTL, kubectls};
+pub use plugin_certs::{
+    PluginCerts, PluginTlsFlags, hello_plugin_tls, plugin_address, replace_file,
+};
 pub use plugins::{
     hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,
 };
 pub use process::{Lines, Process, free_port, output_text, wait_until};
+pub use service::Service;
 pub use standalone::StandaloneKplug;
 pub use widgets::widget_crd;
 pub use workspace::{repo_root, target_binary, workspace_binary};

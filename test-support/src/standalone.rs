@@ -30,6 +30,9 @@ pub struct StandaloneKplug {
     /// kplug's stdout: the serving banner.
     pub stdout: Lines,
     admin_files: OnceLock<(PathBuf, PathBuf)>,
+    /// How it was started, to restart it.
+    binary: PathBuf,
+    extra: Vec<String>,
 }
 
 impl StandaloneKplug {
@@ -53,12 +56,58 @@ impl StandaloneKplug {
 
     /// As [`StandaloneKplug::start_in`], with another build of kplug.
     pub fn start_binary_in(binary: &Path, state: tempfile::TempDir, extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
+        Self::spawn(binary, state, ("127.0.0.1:0", "127.0.0.1:0"), extra)
+    }
+
+    /// Kills this kplug and starts the same build again with the same state
+    /// directory, ports and flags: a restarted pod behind the same Service.
+    pub fn restart(mut self) -> Self {
+        self.process.kill();
+        let (api, grpc) = (
+            self.api_address().to_string(),
+            self.grpc_address().to_string(),
+        );
+        let (binary, extra) = (
+            std::mem::take(&mut self.binary),
+            std::mem::take(&mut self.extra),
+        );
+        let state = std::mem::replace(
+            &mut self.state,
+            tempfile::tempdir().expect("a temporary directory"),
+        );
+        Self::spawn(&binary, state, (&api, &grpc), extra)
+    }
+
+    /// A second kplug process with a copy of this one's state directory:
+    /// the same CA, serving certificate and admin credentials, so that one
+    /// client trusts either, as when a Service sends it to any replica. Its
+    /// registry is its own.
+    pub fn replica(&self, extra: &[&str]) -> Self {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let entries = std::fs::read_dir(self.state.path()).expect("read the state directory");
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                std::fs::copy(entry.path(), state.path().join(entry.file_name()))
+                    .unwrap_or_else(|e| panic!("copy {}: {e}", entry.path().display()));
+            }
+        }
+        let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
+        Self::spawn(&self.binary, state, ("127.0.0.1:0", "127.0.0.1:0"), extra)
+    }
+
+    fn spawn(
+        binary: &Path,
+        state: tempfile::TempDir,
+        (api, grpc): (&str, &str),
+        extra: Vec<String>,
+    ) -> Self {
         let (process, stdout) = Process::spawn_with_stdout(
             Command::new(binary)
                 .args(["standalone", "--state-dir"])
                 .arg(state.path())
-                .args(["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
-                .args(extra)
+                .args(["--listen", api, "--grpc-listen", grpc])
+                .args(&extra)
                 .env("KPLUG_LOG", "info,kplug_apiserver=debug")
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit()),
@@ -86,6 +135,8 @@ impl StandaloneKplug {
             kubeconfig,
             stdout,
             admin_files: OnceLock::new(),
+            binary: binary.to_owned(),
+            extra,
         }
     }
 

@@ -1,0 +1,248 @@
+//! Mutual TLS from kplug to plugins, with real processes: kplug in cluster
+//! mode behind a real kube-apiserver, the hello plugin serving TLS that
+//! requires kplug's client certificate, certificates from
+//! `kplug-apiserver plugin-certs`, and rotations of both sides' files
+//! while both keep running.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::ReconcileRequest;
+use kplug_proto::v1alpha1::plugin_client::PluginClient;
+use kplug_test_support::{
+    AggregatedKplug, ControlPlane, PluginCerts, PluginTlsFlags, hello_plugin_tls, output_text,
+    plugin_address, plugin_identity, replace_file, wait_plugin_ready, wait_until,
+};
+use serde_json::json;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+/// The name the plugin's serving certificates are for, and that it declares.
+const SERVER_NAME: &str = "hello-mtls.plugins.svc";
+const OBJECT: &str =
+    r#"{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"ada"}}"#;
+/// Long enough for a reload on either side (kplug checks every second).
+const ROTATION: Duration = Duration::from_secs(60);
+
+/// Reconciles through kube-apiserver and kplug: Ok, or kubectl's error.
+fn reconcile(cluster: &ControlPlane, plugin: &str, request: &Path) -> Result<String, String> {
+    let path = format!("/apis/plugins.kplug.io/v1alpha1/plugins/{plugin}/reconcile");
+    let request = request.to_string_lossy();
+    let output = cluster.kubectl(&["create", "--raw", &path, "-f", &request]);
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(output_text(&output))
+    }
+}
+
+/// Waits until a reconcile through kplug fails with an error containing
+/// `want`, e.g. after one side rotated to certificates the other does not
+/// accept yet.
+fn wait_refused(cluster: &ControlPlane, plugin: &str, request: &Path, want: &str) {
+    wait_until(
+        &format!("a reconcile of {plugin} refused with {want:?}"),
+        ROTATION,
+        || match reconcile(cluster, plugin, request) {
+            Err(error) if error.contains(want) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+}
+
+fn wait_answered(cluster: &ControlPlane, plugin: &str, request: &Path) {
+    wait_until(
+        &format!("a reconcile of {plugin} answered"),
+        ROTATION,
+        || reconcile(cluster, plugin, request).map(drop),
+    );
+}
+
+/// Calls the plugin at `address` directly, not through kplug, on a new
+/// connection: verifying it against `ca` for [`SERVER_NAME`], presenting
+/// the client certificate `identity` (cert, key) if any.
+fn call_directly(address: &str, ca: &Path, identity: Option<(&Path, &Path)>) -> Result<(), String> {
+    let read = |path: &Path| std::fs::read(path).expect("read a PEM file");
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .domain_name(SERVER_NAME);
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(read(cert), read(key)));
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let channel = Endpoint::from_shared(format!("https://{address}"))
+            .map_err(|e| e.to_string())?
+            .tls_config(tls)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| format!("connect: {e:?}"))?;
+        let request = ReconcileRequest {
+            operation_id: "direct".to_owned(),
+            object: OBJECT.as_bytes().to_vec().into(),
+            ..ReconcileRequest::default()
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            PluginClient::new(channel).reconcile(request),
+        )
+        .await
+        .map_err(|_| "no answer within 10s".to_owned())?;
+        answer.map(drop).map_err(|status| format!("{status:?}"))
+    })
+}
+
+#[test]
+fn kplug_calls_plugins_over_mutual_tls_and_follows_rotations() {
+    let work = tempfile::Builder::new()
+        .prefix("kplug-mtls-")
+        .tempdir_in("/tmp")
+        .expect("temp dir");
+    let dir = work.path();
+    // Two generations of everything, each from its own plugin CA.
+    let one = PluginCerts::make(&dir.join("one"), &[SERVER_NAME]);
+    let two = PluginCerts::make(&dir.join("two"), &[SERVER_NAME]);
+
+    // The files each side reads, replaced in place to rotate.
+    let live = dir.join("live");
+    std::fs::create_dir(&live).expect("mkdir");
+    let kplug_cert = live.join("kplug-client.crt");
+    let kplug_key = live.join("kplug-client.key");
+    let kplug_ca = live.join("plugin-ca.crt");
+    let plugin_cert = live.join("serving.crt");
+    let plugin_key = live.join("serving.key");
+    let plugin_client_ca = live.join("client-ca.crt");
+    let (client_one, client_one_key) = one.client();
+    let (serving_one, serving_one_key) = one.serving(SERVER_NAME);
+    for (from, to) in [
+        (&client_one, &kplug_cert),
+        (&client_one_key, &kplug_key),
+        (&one.ca(), &kplug_ca),
+        (&serving_one, &plugin_cert),
+        (&serving_one_key, &plugin_key),
+        (&one.ca(), &plugin_client_ca),
+    ] {
+        replace_file(from, to);
+    }
+
+    let cluster = ControlPlane::start(dir.join("cp"));
+    let paths = [&kplug_cert, &kplug_key, &kplug_ca].map(|p| p.to_string_lossy().into_owned());
+    let flags: [&str; 8] = [
+        "--authentication-cache-ttl=1s",
+        "--authorization-allowed-cache-ttl=1s",
+        "--cert-reload-interval=1s",
+        "--min-heartbeat-interval=1s",
+        "--plugin-tls=required",
+        &format!("--plugin-client-cert-file={}", paths[0]),
+        &format!("--plugin-client-key-file={}", paths[1]),
+        &format!("--plugin-ca-file={}", paths[2]),
+    ];
+    let kplug = AggregatedKplug::start(&cluster, dir, &flags);
+    cluster.kubectl_ok(&["create", "namespace", "plugins"]);
+    let request = dir.join("reconcile.json");
+    let body = json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {"object": serde_json::from_str::<serde_json::Value>(OBJECT).expect("JSON")},
+    });
+    std::fs::write(&request, body.to_string()).expect("request file");
+
+    // A plugin serving TLS for SERVER_NAME and requiring kplug's CA.
+    let token = plugin_identity(&cluster, "hello-mtls", Some("hello-mtls"), dir);
+    let _plugin = hello_plugin_tls(
+        &kplug,
+        "hello-mtls",
+        &token,
+        &PluginTlsFlags {
+            cert: &plugin_cert,
+            key: &plugin_key,
+            client_ca: &plugin_client_ca,
+            server_name: Some(SERVER_NAME),
+        },
+    );
+    wait_plugin_ready(&cluster, "hello-mtls");
+    let answer = reconcile(&cluster, "hello-mtls", &request).expect("a reconcile over mTLS");
+    assert!(answer.contains("ada"), "{answer}");
+
+    // Straight to the plugin: only kplug's client certificate gets in.
+    let address = plugin_address(&cluster, "hello-mtls");
+    let (client_two, client_two_key) = two.client();
+    call_directly(&address, &one.ca(), Some((&client_one, &client_one_key)))
+        .expect("kplug's certificate is accepted");
+    let refused = |identity: Option<(&Path, &Path)>, what: &str| {
+        let result = call_directly(&address, &one.ca(), identity);
+        assert!(result.is_err(), "the plugin answered a caller with {what}");
+    };
+    refused(None, "no client certificate");
+    refused(
+        Some((&client_two, &client_two_key)),
+        "a certificate of another CA",
+    );
+    refused(
+        Some((&serving_one, &serving_one_key)),
+        "the plugin's own serving certificate (serverAuth only)",
+    );
+
+    // A plugin whose certificate is not for the name kplug checks: none
+    // declared, so the host of its address, 127.0.0.1.
+    let token = plugin_identity(&cluster, "hello-misnamed", Some("hello-misnamed"), dir);
+    let _misnamed = hello_plugin_tls(
+        &kplug,
+        "hello-misnamed",
+        &token,
+        &PluginTlsFlags {
+            cert: &plugin_cert,
+            key: &plugin_key,
+            client_ca: &plugin_client_ca,
+            server_name: None,
+        },
+    );
+    wait_plugin_ready(&cluster, "hello-misnamed");
+    let error = reconcile(&cluster, "hello-misnamed", &request).expect_err("wrong name");
+    assert!(
+        error.contains("ServiceUnavailable")
+            && error.contains("TLS with plugin hello-misnamed")
+            && error.contains("not valid for name"),
+        "{error}"
+    );
+
+    // kplug's client certificate rotates to the second CA, which the plugin
+    // does not trust yet: the refusal proves kplug dropped its established
+    // connection and dialed again with the new files.
+    replace_file(&client_two_key, &kplug_key);
+    replace_file(&client_two, &kplug_cert);
+    wait_refused(
+        &cluster,
+        "hello-mtls",
+        &request,
+        "refused kplug's client certificate",
+    );
+    // The plugin's client CA follows: the new certificate gets in, the old
+    // one no longer does.
+    replace_file(&two.ca(), &plugin_client_ca);
+    wait_answered(&cluster, "hello-mtls", &request);
+    call_directly(&address, &one.ca(), Some((&client_two, &client_two_key)))
+        .expect("the new client certificate is accepted");
+    refused(
+        Some((&client_one, &client_one_key)),
+        "the client certificate rotated out",
+    );
+
+    // The plugin CA rotates: kplug trusts only the second CA before the
+    // plugin serves a certificate of it, and refuses the plugin; then the
+    // plugin's serving certificate follows, without a restart.
+    replace_file(&two.ca(), &kplug_ca);
+    wait_refused(
+        &cluster,
+        "hello-mtls",
+        &request,
+        "kplug does not accept the plugin's serving certificate",
+    );
+    let (serving_two, serving_two_key) = two.serving(SERVER_NAME);
+    replace_file(&serving_two_key, &plugin_key);
+    replace_file(&serving_two, &plugin_cert);
+    wait_answered(&cluster, "hello-mtls", &request);
+    call_directly(&address, &two.ca(), Some((&client_two, &client_two_key)))
+        .expect("the plugin serves the certificate of the second CA");
+}

@@ -1,0 +1,129 @@
+//! Mutual TLS between kplug and plugins in tests: certificates from
+//! `kplug-apiserver plugin-certs`, files replaced the way the kubelet
+//! replaces a mounted Secret's, and the hello plugin serving TLS.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::control_plane::ControlPlane;
+use crate::kplug::AggregatedKplug;
+use crate::plugins::hello_plugin_command;
+use crate::process::{Process, output_text};
+use crate::workspace::workspace_binary;
+
+/// A plugin CA made by `kplug-apiserver plugin-certs` in `dir`, with
+/// kplug's client certificate and plugins' serving certificates.
+pub struct PluginCerts {
+    pub dir: PathBuf,
+}
+
+impl PluginCerts {
+    /// A new plugin CA in `dir` (which must not hold one), kplug's client
+    /// certificate and a serving certificate for each of `dns_names`.
+    pub fn make(dir: &Path, dns_names: &[&str]) -> Self {
+        let certs = Self {
+            dir: dir.to_owned(),
+        };
+        certs.run(&["client"]);
+        for name in dns_names {
+            certs.run(&["serving", name]);
+        }
+        certs
+    }
+
+    /// Runs `kplug-apiserver plugin-certs --out-dir DIR ARGS...`.
+    pub fn run(&self, args: &[&str]) {
+        let output = Command::new(workspace_binary("kplug-apiserver"))
+            .arg("plugin-certs")
+            .arg("--out-dir")
+            .arg(&self.dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kplug-apiserver plugin-certs");
+        assert!(
+            output.status.success(),
+            "kplug-apiserver plugin-certs {args:?}: {}",
+            output_text(&output)
+        );
+    }
+
+    /// The CA certificate: kplug's `--plugin-ca-file` and the plugins'
+    /// `--client-ca-file`.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// kplug's client certificate and key.
+    pub fn client(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.join("kplug-client.crt"),
+            self.dir.join("kplug-client.key"),
+        )
+    }
+
+    /// The serving certificate and key made for `dns_name`.
+    pub fn serving(&self, dns_name: &str) -> (PathBuf, PathBuf) {
+        let dir = self.dir.join("plugins").join(dns_name);
+        (dir.join("tls.crt"), dir.join("tls.key"))
+    }
+}
+
+/// Replaces `to` with a copy of `from` by one rename, so that a reader sees
+/// the old file or the new one, never a mix (as with a Secret volume).
+pub fn replace_file(from: &Path, to: &Path) {
+    let staged = to.with_extension("staged");
+    std::fs::copy(from, &staged)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), staged.display()));
+    std::fs::rename(&staged, to)
+        .unwrap_or_else(|e| panic!("rename {} to {}: {e}", staged.display(), to.display()));
+}
+
+/// The files a plugin serves TLS from (`--tls-cert-file`, `--tls-key-file`,
+/// `--client-ca-file`), and the name it declares (`--server-name`, `None`:
+/// the host of its address).
+pub struct PluginTlsFlags<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub client_ca: &'a Path,
+    pub server_name: Option<&'a str>,
+}
+
+/// The hello plugin heartbeating to `kplug` every second as `name` with the
+/// token in `token_file`, serving its Plugin service over TLS as `tls`
+/// says, logging to stderr.
+pub fn hello_plugin_tls(
+    kplug: &AggregatedKplug,
+    name: &str,
+    token_file: &Path,
+    tls: &PluginTlsFlags<'_>,
+) -> Process {
+    let mut command = hello_plugin_command(kplug, name, token_file);
+    command
+        .args(["--heartbeat-interval", "1"])
+        .arg("--tls-cert-file")
+        .arg(tls.cert)
+        .arg("--tls-key-file")
+        .arg(tls.key)
+        .arg("--client-ca-file")
+        .arg(tls.client_ca)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(server_name) = tls.server_name {
+        command.args(["--server-name", server_name]);
+    }
+    Process::spawn(&mut command, name)
+}
+
+/// The address the plugin `name` declared (`spec.address`).
+pub fn plugin_address(cluster: &ControlPlane, name: &str) -> String {
+    let plugin: Value =
+        serde_json::from_str(&cluster.kubectl_ok(&["get", "plugin", name, "-o", "json"]))
+            .expect("plugin JSON");
+    plugin["spec"]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("plugin {name} has no spec.address: {plugin}"))
+        .to_owned()
+}
