@@ -8,16 +8,17 @@
 # Writes OUT_DIR/ca.crt, OUT_DIR/ca.key (only when no CA is given),
 # OUT_DIR/tls.crt and OUT_DIR/tls.key, with the SANs SERVICE,
 # SERVICE.NAMESPACE, SERVICE.NAMESPACE.svc, SERVICE.NAMESPACE.svc.cluster.local,
+# the same four for SERVICE-registry (the headless Service plugins heartbeat through),
 # localhost, 127.0.0.1 and ::1. --ca-cert/--ca-key reuse an existing CA, to rotate
 # the serving certificate alone (see certs/README.md). Other options are
 # passed to `kplug-apiserver certs` unchanged.
 #
-# The binary: $KPLUG_APISERVER if set; else `cargo run --release -p
-# kplug-apiserver --` when cargo is installed (so it is never stale); else
-# target/release/kplug-apiserver; else kplug-apiserver on PATH.
+# The binary: see certs/kplug-apiserver.sh ($KPLUG_APISERVER overrides).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=certs/kplug-apiserver.sh
+. "$REPO/certs/kplug-apiserver.sh"
 
 die() { echo "certs/generate.sh: $*" >&2; exit 1; }
 usage() {
@@ -82,21 +83,8 @@ if [ -n "$ca_cert" ]; then
   passthrough=(--ca-cert "$ca_cert" --ca-key "$ca_key" "${passthrough[@]}")
 fi
 
-if [ -n "${KPLUG_APISERVER:-}" ]; then
-  bin=("$KPLUG_APISERVER")
-elif command -v cargo >/dev/null 2>&1 && [ -f "$REPO/Cargo.toml" ]; then
-  bin=(cargo run --release --manifest-path "$REPO/Cargo.toml" -p kplug-apiserver --)
-elif [ -x "$REPO/target/release/kplug-apiserver" ]; then
-  bin=("$REPO/target/release/kplug-apiserver")
-elif command -v kplug-apiserver >/dev/null 2>&1; then
-  bin=(kplug-apiserver)
-else
-  die "kplug-apiserver not found: install Rust (cargo), build it with
-  'cargo build --release -p kplug-apiserver', or set KPLUG_APISERVER"
-fi
-
 # stdout: the caBundle (base64 of ca.crt), exactly as the binary prints it.
-"${bin[@]}" certs --service "$service" --namespace "$namespace" --out-dir "$out_dir" "${passthrough[@]}"
+kplug_apiserver certs --service "$service" --namespace "$namespace" --out-dir "$out_dir" "${passthrough[@]}"
 
 for f in tls.crt tls.key; do
   [ -s "$out_dir/$f" ] || die "kplug-apiserver certs did not write $out_dir/$f"

@@ -11,16 +11,24 @@ use base64::engine::general_purpose::STANDARD;
 use super::pki::{CertificateAuthority, write};
 use crate::config::CertsConfig;
 
-/// The names a serving certificate for `service.namespace` must carry.
+/// The names a serving certificate for `service.namespace` must carry:
+/// the Service the aggregator and clients reach, and its headless twin
+/// `SERVICE-registry` that plugins resolve to heartbeat to every replica
+/// (deploy/service.yaml).
 pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        service.to_owned(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc"),
-        format!("{service}.{namespace}.svc.cluster.local"),
-        // For running kplug outside the cluster, e.g. behind an ExternalName Service.
-        "localhost".to_owned(),
-    ]
+    let registry = format!("{service}-registry");
+    let mut names = Vec::new();
+    for name in [service, registry.as_str()] {
+        names.extend([
+            name.to_owned(),
+            format!("{name}.{namespace}"),
+            format!("{name}.{namespace}.svc"),
+            format!("{name}.{namespace}.svc.cluster.local"),
+        ]);
+    }
+    // For running kplug outside the cluster, e.g. behind an ExternalName Service.
+    names.push("localhost".to_owned());
+    names
 }
 
 /// Writes the files and prints the caBundle (base64 of ca.crt) on stdout.
@@ -53,4 +61,23 @@ pub fn run(config: &CertsConfig) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", STANDARD.encode(ca.cert_pem()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_names;
+
+    #[test]
+    fn the_certificate_covers_the_service_and_its_headless_registry_twin() {
+        let names = service_names("kplug", "kplug-system");
+        for name in [
+            "kplug",
+            "kplug.kplug-system.svc",
+            "kplug-registry.kplug-system.svc",
+            "kplug-registry.kplug-system.svc.cluster.local",
+            "localhost",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+        }
+    }
 }
