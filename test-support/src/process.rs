@@ -125,6 +125,25 @@ impl Lines {
             }
         }
     }
+
+    /// Every line not read yet up to the end of the stream, which comes
+    /// when the process closes it, usually by exiting; panics after
+    /// `within`, naming `what` and listing the lines read.
+    pub fn until_closed(&self, within: Duration, what: &str) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let receiver = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match receiver.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return lines,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("{what} still open after {within:?}; read: {lines:#?}")
+                }
+            }
+        }
+    }
 }
 
 /// A loopback port nothing listens on right now (another process may take
