@@ -1,9 +1,11 @@
 //! Bad input gets a precise Kubernetes Status (or gRPC status), never a
 //! panic or a hang, and leaves the registry as it was.
 
+use std::time::Duration;
+
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi, Protocol};
-use kplug_test_support::StandaloneKplug;
+use kplug_proto::v1alpha1::{HeartbeatRequest, Protocol};
+use kplug_test_support::{StandaloneKplug, heartbeat_request};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 
@@ -41,27 +43,9 @@ fn assert_status(
     status
 }
 
+/// A heartbeat of the plugin `name` at `address`, every second.
 fn heartbeat(name: &str, address: &str) -> HeartbeatRequest {
-    HeartbeatRequest {
-        name: name.to_owned(),
-        version: "1.0.0".to_owned(),
-        api: Some(PluginApi {
-            group: "myorg.org".to_owned(),
-            resource: "databasetables".to_owned(),
-            version: "v1alpha1".to_owned(),
-        }),
-        implementation: "PostgreSQL".to_owned(),
-        address: address.to_owned(),
-        interval: Some(prost_types::Duration {
-            seconds: 1,
-            nanos: 0,
-        }),
-        protocol: Some(Protocol {
-            version: "v1alpha1".to_owned(),
-            ..Protocol::default()
-        }),
-        ..HeartbeatRequest::default()
-    }
+    heartbeat_request(name, "", address, Duration::from_secs(1))
 }
 
 #[test]

@@ -6,11 +6,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{
-    DeregisterRequest, HeartbeatRequest, HeartbeatResponse, PluginApi, Protocol,
-};
+use kplug_proto::v1alpha1::{DeregisterRequest, HeartbeatRequest, HeartbeatResponse};
 use kplug_test_support::metrics::Samples;
-use kplug_test_support::{Lines, Process, StandaloneKplug, free_port, workspace_binary};
+use kplug_test_support::{
+    Lines, Process, StandaloneKplug, free_port, heartbeat_request, plugin_instances,
+    workspace_binary,
+};
 use serde_json::{Value, json};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -18,27 +19,7 @@ const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 /// A heartbeat of `instance` of the plugin `name` at `address`, asking for
 /// a minute's interval so that nothing turns late during a test.
 fn heartbeat(name: &str, instance: &str, address: &str) -> HeartbeatRequest {
-    HeartbeatRequest {
-        name: name.to_owned(),
-        instance: instance.to_owned(),
-        version: "1.0.0".to_owned(),
-        api: Some(PluginApi {
-            group: "myorg.org".to_owned(),
-            resource: "databasetables".to_owned(),
-            version: "v1alpha1".to_owned(),
-        }),
-        implementation: "PostgreSQL".to_owned(),
-        address: address.to_owned(),
-        interval: Some(prost_types::Duration {
-            seconds: 60,
-            nanos: 0,
-        }),
-        protocol: Some(Protocol {
-            version: "v1alpha1".to_owned(),
-            ..Protocol::default()
-        }),
-        ..HeartbeatRequest::default()
-    }
+    heartbeat_request(name, instance, address, Duration::from_secs(60))
 }
 
 /// A registry client of `kplug` on a runtime of its own.
@@ -112,21 +93,6 @@ fn cell(table: &[Vec<String>], name: &str, column: &str) -> String {
         .unwrap_or_else(|| panic!("no {column} for {name} in {table:?}"))
 }
 
-fn instances(plugin: &Value) -> Vec<(String, String, bool)> {
-    plugin["status"]["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|i| {
-            (
-                i["name"].as_str().unwrap_or_default().to_owned(),
-                i["address"].as_str().unwrap_or_default().to_owned(),
-                i["ready"].as_bool().unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
 fn ready(plugin: &Value) -> bool {
     plugin["status"]["conditions"].as_array().is_some_and(|c| {
         c.iter()
@@ -159,7 +125,7 @@ fn instances_show_in_kubectl_and_leave_one_at_a_time() {
     assert_eq!(cell(&rows, "pg", "READY"), "True", "{rows:?}");
     let plugin = kplug.wait_for_plugin("pg", |_| true);
     assert_eq!(
-        instances(&plugin),
+        plugin_instances(&plugin),
         owned(&[
             ("pg-0", "127.0.0.1:41000", true),
             ("pg-1", "127.0.0.1:41001", true)
@@ -185,7 +151,7 @@ fn instances_show_in_kubectl_and_leave_one_at_a_time() {
     let plugin = kplug.wait_for_plugin("pg", |_| true);
     assert!(ready(&plugin), "{plugin:#}");
     assert_eq!(
-        instances(&plugin),
+        plugin_instances(&plugin),
         owned(&[("pg-0", "127.0.0.1:41000", true)])
     );
     assert_eq!(plugin["spec"]["address"], "127.0.0.1:41000");
@@ -199,7 +165,7 @@ fn instances_show_in_kubectl_and_leave_one_at_a_time() {
     assert!(registry.deregister("legacy", "", "127.0.0.1:42000"));
     let legacy = kplug.wait_for_plugin("legacy", |_| true);
     assert_eq!(
-        instances(&legacy),
+        plugin_instances(&legacy),
         owned(&[("127.0.0.1:42001", "127.0.0.1:42001", true)])
     );
 

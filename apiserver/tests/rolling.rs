@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::venv_python;
 use kplug_test_support::{
-    Lines, Process, StandaloneKplug, free_port, repo_root, wait_until, workspace_binary,
+    Lines, Process, StandaloneKplug, free_port, plugin_instances, repo_root, wait_until,
+    workspace_binary,
 };
 use serde_json::{Value, json};
 
@@ -306,18 +307,7 @@ fn wait_for_instances(kplug: &StandaloneKplug, want: &[(&str, &str)]) {
             let output = kplug.kubectl(&["get", "plugin", PLUGIN, "-o", "json"]);
             let plugin: Value = serde_json::from_slice(&output.stdout)
                 .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&output.stderr)))?;
-            let mut got: Vec<(String, String, bool)> = plugin["status"]["instances"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|i| {
-                    (
-                        i["name"].as_str().unwrap_or_default().to_owned(),
-                        i["address"].as_str().unwrap_or_default().to_owned(),
-                        i["ready"] == true,
-                    )
-                })
-                .collect();
+            let mut got = plugin_instances(&plugin);
             got.sort();
             (got == want)
                 .then_some(())

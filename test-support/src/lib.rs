@@ -27,6 +27,7 @@ mod plugin_certs;
 mod plugins;
 pub mod postgres;
 mod process;
+mod registry;
 pub mod report;
 mod service;
 mod standalone;
@@ -45,6 +46,7 @@ pub use plugins::{
     hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,
 };
 pub use process::{Lines, Process, free_port, output_text, wait_until};
+pub use registry::{heartbeat_request, plugin_instances};
 pub use service::Service;
 pub use standalone::StandaloneKplug;
 pub use widgets::widget_crd;

@@ -1,103 +1,24 @@
 //! The proxy against several in-process instances of one plugin: how calls
 //! spread, and which failures go to another instance.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use kplug_proto::trace::TraceParent;
-use kplug_proto::v1alpha1::plugin_server::{Plugin as PluginService, PluginServer};
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
-use tokio::net::TcpListener;
-use tokio::sync::Notify;
-use tonic::{Request, Response, Status};
 
 use super::*;
 use crate::proxy::ProxyConfig;
+use crate::proxy::testing::{
+    Answer, Served as Instance, closed_address, declaration, listener, serve_plugin,
+};
 use crate::registry::{Declaration, Registry, RegistryConfig};
-use crate::v1alpha1::{Operation, PluginApi, Protocol};
+use crate::v1alpha1::Operation;
 
-/// How a test instance answers.
-#[derive(Clone, Copy)]
-enum Answer {
-    Success,
-    /// `UNAVAILABLE`, from the plugin's own code: it ran.
-    Unavailable,
-    /// Success once `release` is notified.
-    Held,
-}
-
-struct TestPlugin {
-    calls: Arc<AtomicUsize>,
-    answer: Answer,
-    release: Arc<Notify>,
-}
-
-#[tonic::async_trait]
-impl PluginService for TestPlugin {
-    async fn reconcile(
-        &self,
-        _request: Request<ReconcileRequest>,
-    ) -> Result<Response<ReconcileResponse>, Status> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match self.answer {
-            Answer::Success => {}
-            Answer::Unavailable => return Err(Status::unavailable("the database is down")),
-            Answer::Held => self.release.notified().await,
-        }
-        Ok(Response::new(ReconcileResponse {
-            success: true,
-            ..ReconcileResponse::default()
-        }))
-    }
-
-    async fn finalize(
-        &self,
-        request: Request<ReconcileRequest>,
-    ) -> Result<Response<ReconcileResponse>, Status> {
-        self.reconcile(request).await
-    }
-}
-
-/// An instance listening on loopback: where, and how many calls it saw.
-struct Instance {
-    address: String,
-    calls: Arc<AtomicUsize>,
-    release: Arc<Notify>,
-}
-
-impl Instance {
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-async fn listener() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let address = listener.local_addr().expect("address").to_string();
-    (listener, address)
-}
-
-/// A gRPC plugin answering every call with `answer`.
+/// A plain gRPC plugin answering every call with `answer`.
 async fn plugin(answer: Answer) -> Instance {
-    let (listener, address) = listener().await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let release = Arc::new(Notify::new());
-    let service = TestPlugin {
-        calls: calls.clone(),
-        answer,
-        release: release.clone(),
-    };
-    let server = tonic::transport::Server::builder()
-        .add_service(PluginServer::new(service))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    tokio::spawn(server);
-    Instance {
-        address,
-        calls,
-        release,
-    }
+    serve_plugin(answer, None).await
 }
 
 /// What a raw HTTP/2 server does with each stream it receives.
@@ -113,8 +34,8 @@ enum Raw {
 /// A server that speaks HTTP/2 but never answers a call.
 async fn raw(behaviour: Raw) -> Instance {
     let (listener, address) = listener().await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = calls.clone();
+    let instance = Instance::at(address);
+    let seen = instance.calls.clone();
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
             let seen = seen.clone();
@@ -136,49 +57,17 @@ async fn raw(behaviour: Raw) -> Instance {
             });
         }
     });
-    Instance {
-        address,
-        calls,
-        release: Arc::new(Notify::new()),
-    }
-}
-
-/// A loopback address with nothing listening.
-fn closed() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(1);
-    format!("127.0.0.1:{port}")
-}
-
-fn declaration(instance: &str, address: &str) -> Declaration {
-    Declaration {
-        name: "spread".to_owned(),
-        instance: instance.to_owned(),
-        draining: false,
-        version: "1.0.0".to_owned(),
-        api: PluginApi {
-            group: "example.com".to_owned(),
-            resource: "things".to_owned(),
-            version: "v1".to_owned(),
-        },
-        implementation: "Test".to_owned(),
-        address: address.to_owned(),
-        server_name: String::new(),
-        extensions: Vec::new(),
-        labels: BTreeMap::new(),
-        interval: Duration::from_secs(60),
-        protocol: Protocol::default(),
-        registered_by: None,
-    }
+    instance
 }
 
 /// The plugin "spread" with an instance at each address, in order.
 fn registered(registry: &Registry, addresses: &[&str]) -> Arc<Plugin> {
     for (i, address) in addresses.iter().enumerate() {
         registry
-            .heartbeat(declaration(&format!("i-{i}"), address), Timestamp::now())
+            .heartbeat(
+                declaration("spread", &format!("i-{i}"), address),
+                Timestamp::now(),
+            )
             .expect("registered");
     }
     registry.get("spread").expect("the plugin")
@@ -219,7 +108,7 @@ async fn idle_ready_instances_take_calls_in_turn_and_draining_ones_none() {
     let plugin = {
         let draining = Declaration {
             draining: true,
-            ..declaration("i-2", &c.address)
+            ..declaration("spread", "i-2", &c.address)
         };
         registry
             .heartbeat(draining, Timestamp::now())
@@ -265,7 +154,7 @@ async fn the_bound_on_calls_in_flight_holds_per_instance() {
 async fn a_call_that_cannot_connect_goes_to_another_instance() {
     let registry = Registry::new(RegistryConfig::default());
     let live = plugin(Answer::Success).await;
-    let plugin = registered(&registry, &[&closed(), &live.address]);
+    let plugin = registered(&registry, &[&closed_address(), &live.address]);
     let proxy = Proxy::new(ProxyConfig::default());
     assert_eq!(calls(&proxy, &plugin, 4).await, 0);
     assert_eq!(live.calls(), 4);

@@ -439,53 +439,27 @@ fn classify(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
+mod testing;
 
+#[cfg(test)]
+mod tests {
     use jiff::Timestamp;
 
+    use super::testing::{closed_address, declaration};
     use super::*;
     use crate::registry::{Declaration, Preconditions, RegistryConfig};
-    use crate::v1alpha1::{PluginApi, Protocol};
-
-    fn declaration(address: &str) -> Declaration {
-        Declaration {
-            name: "gone".to_owned(),
-            instance: String::new(),
-            draining: false,
-            version: "1.0.0".to_owned(),
-            api: PluginApi {
-                group: "example.com".to_owned(),
-                resource: "things".to_owned(),
-                version: "v1".to_owned(),
-            },
-            implementation: "Test".to_owned(),
-            address: address.to_owned(),
-            server_name: String::new(),
-            extensions: Vec::new(),
-            labels: BTreeMap::new(),
-            interval: Duration::from_secs(1),
-            protocol: Protocol::default(),
-            registered_by: None,
-        }
-    }
-
-    /// A loopback port with nothing listening.
-    fn closed_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or(1)
-    }
 
     #[tokio::test]
     async fn an_unreachable_plugin_is_unavailable_and_its_channel_goes_with_it() {
         let registry = Arc::new(Registry::new(RegistryConfig::default()));
         let proxy = Arc::new(Proxy::new(ProxyConfig::default()));
         let forget = tokio::spawn(proxy.clone().forget_departed(registry.clone()));
-        let address = format!("127.0.0.1:{}", closed_port());
+        let declaration = Declaration {
+            interval: Duration::from_secs(1),
+            ..declaration("gone", "", &closed_address())
+        };
         registry
-            .heartbeat(declaration(&address), Timestamp::now())
+            .heartbeat(declaration, Timestamp::now())
             .expect("registered");
         let plugin = registry.get("gone").expect("plugin");
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::ProxyError;
+use crate::server::serving_cert::reload_every;
 
 /// kplug's client certificate and key, and the CA of plugins' serving
 /// certificates; PEM files.
@@ -132,19 +133,15 @@ impl PluginTls {
     }
 
     /// Reloads every `period` until `shutdown` turns true.
-    pub async fn follow(self: Arc<Self>, period: Duration, mut shutdown: watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(period);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => match self.reload() {
-                    Ok(true) => tracing::info!(generation = self.generation(), "plugin TLS files reloaded: new connections to plugins use them"),
-                    Ok(false) => {}
-                    Err(e) => tracing::error!(error = %e, "plugin TLS files changed but do not load; keeping the current ones"),
-                },
-                _ = shutdown.changed() => return,
-            }
-        }
+    pub async fn follow(self: Arc<Self>, period: Duration, shutdown: watch::Receiver<bool>) {
+        reload_every(
+            period,
+            shutdown,
+            || self.reload(),
+            || tracing::info!(generation = self.generation(), "plugin TLS files reloaded: new connections to plugins use them"),
+            |e| tracing::error!(error = %e, "plugin TLS files changed but do not load; keeping the current ones"),
+        )
+        .await;
     }
 }
 

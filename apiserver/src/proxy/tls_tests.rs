@@ -1,28 +1,23 @@
 //! The proxy against in-process plugins that serve TLS and require a client
 //! certificate, as the SDKs do.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use jiff::Timestamp;
 use kplug_proto::trace::TraceParent;
-use kplug_proto::v1alpha1::plugin_server::{Plugin as PluginService, PluginServer};
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
-use tokio::sync::{Notify, mpsc};
-use tonic::transport::{Server, ServerTlsConfig};
-use tonic::{Request, Response, Status};
+use tonic::transport::ServerTlsConfig;
 
 use super::*;
+use crate::proxy::testing::{Answer, HOLD, Served, declaration, serve_plugin};
 use crate::proxy::{Proxy, ProxyConfig};
 use crate::registry::{Declaration, Registry, RegistryConfig};
 use crate::server::pki::{CertificateAuthority, Pem};
-use crate::v1alpha1::{Operation, Plugin, PluginApi, Protocol};
+use crate::v1alpha1::{Operation, Plugin};
 
 /// The name the test plugins' serving certificates are for.
 const SERVER_NAME: &str = "plugin.test";
-/// An operation id that makes the test plugin wait for `release`.
-const HOLD: &str = "hold";
 
 fn ca(name: &str) -> CertificateAuthority {
     CertificateAuthority::generate(name).expect("CA")
@@ -34,76 +29,16 @@ fn serving(ca: &CertificateAuthority) -> Pem {
         .expect("serving certificate")
 }
 
-/// A plugin that reports the client certificate of each call on `seen`
-/// and holds calls whose operation id is [`HOLD`] until `release`.
-struct TestPlugin {
-    seen: mpsc::UnboundedSender<Vec<u8>>,
-    release: Arc<Notify>,
-}
-
-#[tonic::async_trait]
-impl PluginService for TestPlugin {
-    async fn reconcile(
-        &self,
-        request: Request<ReconcileRequest>,
-    ) -> Result<Response<ReconcileResponse>, Status> {
-        let client = request
-            .peer_certs()
-            .and_then(|chain| chain.first().map(|cert| cert.to_vec()))
-            .unwrap_or_default();
-        let _ = self.seen.send(client);
-        if request.get_ref().operation_id == HOLD {
-            self.release.notified().await;
-        }
-        Ok(Response::new(ReconcileResponse {
-            success: true,
-            ..ReconcileResponse::default()
-        }))
-    }
-
-    async fn finalize(
-        &self,
-        request: Request<ReconcileRequest>,
-    ) -> Result<Response<ReconcileResponse>, Status> {
-        self.reconcile(request).await
-    }
-}
-
-struct Served {
-    address: String,
-    seen: mpsc::UnboundedReceiver<Vec<u8>>,
-    release: Arc<Notify>,
-}
-
-/// Serves [`TestPlugin`] on loopback with `cert`, accepting clients whose
-/// certificate `client_ca` signed.
+/// Serves a test plugin on loopback with `cert`, accepting clients whose
+/// certificate `client_ca` signed; calls whose operation id is [`HOLD`]
+/// wait for `release`.
 async fn serve(cert: &Pem, client_ca: &CertificateAuthority) -> Served {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address").to_string();
-    let (seen, seen_rx) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let plugin = TestPlugin {
-        seen,
-        release: release.clone(),
-    };
     let tls = ServerTlsConfig::new()
         .identity(tonic::transport::Identity::from_pem(&cert.cert, &cert.key))
         .client_ca_root(tonic::transport::Certificate::from_pem(
             client_ca.cert_pem(),
         ));
-    let server = Server::builder()
-        .tls_config(tls)
-        .expect("server TLS")
-        .add_service(PluginServer::new(plugin))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    tokio::spawn(server);
-    Served {
-        address,
-        seen: seen_rx,
-        release,
-    }
+    serve_plugin(Answer::Success, Some(tls)).await
 }
 
 /// kplug's files: a client certificate of `ca`, trusting `plugin_ca`.
@@ -121,23 +56,8 @@ fn write_files(dir: &Path, client: &Pem, plugin_ca: &CertificateAuthority) -> Pl
 
 fn registered(registry: &Registry, name: &str, address: &str, server_name: &str) -> Arc<Plugin> {
     let declaration = Declaration {
-        name: name.to_owned(),
-        instance: String::new(),
-        draining: false,
-        version: "1.0.0".to_owned(),
-        api: PluginApi {
-            group: "example.com".to_owned(),
-            resource: "things".to_owned(),
-            version: "v1".to_owned(),
-        },
-        implementation: "Test".to_owned(),
-        address: address.to_owned(),
         server_name: server_name.to_owned(),
-        extensions: Vec::new(),
-        labels: BTreeMap::new(),
-        interval: Duration::from_secs(60),
-        protocol: Protocol::default(),
-        registered_by: None,
+        ..declaration(name, "", address)
     };
     registry
         .heartbeat(declaration, Timestamp::now())

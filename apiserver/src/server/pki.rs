@@ -213,12 +213,13 @@ impl CertificateAuthority {
 }
 
 #[cfg(all(test, unix))]
-mod tests {
+pub(super) mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use super::*;
 
-    fn mode(path: &Path) -> u32 {
+    /// The permission bits of `path`.
+    pub(in crate::server) fn mode(path: &Path) -> u32 {
         std::fs::metadata(path)
             .expect("metadata")
             .permissions()

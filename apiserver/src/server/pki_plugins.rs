@@ -114,11 +114,10 @@ fn check_dns_name(name: &str) -> anyhow::Result<()> {
 
 #[cfg(all(test, unix))]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use x509_parser::prelude::{FromDer, X509Certificate};
 
     use super::*;
+    use crate::server::pki::tests::mode;
 
     fn make(dir: &Path, make: PluginCert) -> anyhow::Result<()> {
         run(&PluginCertsConfig {
@@ -140,14 +139,6 @@ mod tests {
             .expect("parse")
             .expect("an extended key usage");
         (eku.value.server_auth, eku.value.client_auth)
-    }
-
-    fn mode(path: &Path) -> u32 {
-        std::fs::metadata(path)
-            .expect("metadata")
-            .permissions()
-            .mode()
-            & 0o777
     }
 
     #[test]

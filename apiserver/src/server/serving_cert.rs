@@ -78,18 +78,37 @@ impl ServingCert {
     }
 
     /// Reloads every `period` until `shutdown` turns true.
-    pub async fn follow(self: Arc<Self>, period: Duration, mut shutdown: watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(period);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => match self.reload() {
-                    Ok(true) => tracing::info!("serving certificate reloaded"),
-                    Ok(false) => {}
-                    Err(e) => tracing::error!(error = %e, "serving certificate files changed but do not load; keeping the current certificate"),
-                },
-                _ = shutdown.changed() => return,
-            }
+    pub async fn follow(self: Arc<Self>, period: Duration, shutdown: watch::Receiver<bool>) {
+        reload_every(
+            period,
+            shutdown,
+            || self.reload(),
+            || tracing::info!("serving certificate reloaded"),
+            |e| tracing::error!(error = %e, "serving certificate files changed but do not load; keeping the current certificate"),
+        )
+        .await;
+    }
+}
+
+/// Calls `reload` every `period` until `shutdown` turns true; tells
+/// `reloaded` when it changed something and `failed` when it did not load.
+pub(crate) async fn reload_every<E>(
+    period: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    reload: impl Fn() -> Result<bool, E>,
+    reloaded: impl Fn(),
+    failed: impl Fn(E),
+) {
+    let mut ticker = tokio::time::interval(period);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => match reload() {
+                Ok(true) => reloaded(),
+                Ok(false) => {}
+                Err(e) => failed(e),
+            },
+            _ = shutdown.changed() => return,
         }
     }
 }
@@ -97,5 +116,46 @@ impl ServingCert {
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.read().0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::pki::CertificateAuthority;
+
+    #[tokio::test]
+    async fn follow_loads_changed_files_until_shutdown() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let ca = CertificateAuthority::generate("test-ca").expect("CA");
+        let issue = || {
+            ca.issue_serving(&["localhost".to_owned()], &[], time::Duration::days(1))
+                .expect("serving certificate")
+        };
+        let first = issue();
+        std::fs::write(&cert, &first.cert).expect("write cert");
+        std::fs::write(&key, &first.key).expect("write key");
+        let serving = Arc::new(ServingCert::from_files(cert.clone(), key.clone()).expect("load"));
+        let (stop, stopped) = watch::channel(false);
+        let follow = tokio::spawn(serving.clone().follow(Duration::from_millis(10), stopped));
+
+        let second = issue();
+        std::fs::write(&cert, &second.cert).expect("write cert");
+        std::fs::write(&key, &second.key).expect("write key");
+        let expected = [second.cert.as_bytes(), second.key.as_bytes()].concat();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while serving.current.read().1 != expected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the new pair was loaded");
+
+        stop.send(true).expect("stop");
+        tokio::time::timeout(Duration::from_secs(5), follow)
+            .await
+            .expect("follow ended at shutdown")
+            .expect("the follow task");
     }
 }

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from plugin_calls import DrainingCall, wait_until_refused
 from tls_certs import Ca, make_pki
 
 import kplug
-from kplug.proto import registry_pb2
 from kplug.testing import CAPABILITIES_BEFORE_INSTANCES, FakeRegistry, PluginClient
 
 PLUGIN = Path(__file__).with_name("sleepy_plugin.py")
@@ -93,20 +93,6 @@ class InFlight:
         return self.outcomes[0]
 
 
-def refused(address: str) -> bool:
-    """Whether a new call to the plugin is refused (it stopped accepting calls)."""
-    with PluginClient(address) as client:
-        try:
-            client.reconcile({"spec": {}}, timeout=2)
-        except grpc.RpcError as error:
-            # Refused at connecting (UNAVAILABLE), by the server shutting down
-            # (CANCELLED) or left unserved by it (DEADLINE_EXCEEDED).
-            unserved = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
-            assert error.code() in unserved, error
-            return True
-    return False
-
-
 def test_sigterm_drains_then_finishes_calls_then_deregisters(
     registry: FakeRegistry, spawn: Spawn, tmp_path: Path
 ) -> None:
@@ -120,44 +106,23 @@ def test_sigterm_drains_then_finishes_calls_then_deregisters(
 
     # kplug picked this instance for a call just before the draining
     # heartbeat: the call arrives while kplug answers it, and is served.
-    served_while_draining: list[kplug.Outcome] = []
-    drained = threading.Event()
-
-    def answer(request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
-        if request.draining and not drained.is_set():
-            try:
-                with PluginClient(address) as client:
-                    served_while_draining.append(client.reconcile({"spec": {}}, timeout=5))
-            finally:
-                drained.set()
-        return registry.accept(request)
-
-    finished_when_deregistered: list[bool] = []
-
-    def deregister(request: registry_pb2.DeregisterRequest) -> registry_pb2.DeregisterResponse:
-        finished_when_deregistered.append(in_flight.finished.exists())
-        return registry.remove(request)
-
-    registry.answer = answer
-    registry.answer_deregister = deregister
+    late = DrainingCall(registry, address, {"spec": {}}, in_flight.finished.exists)
     plugin.popen.send_signal(signal.SIGTERM)
 
     draining = registry.wait_for_heartbeat(lambda h: h.request.draining, timeout=5).request
     assert (draining.name, draining.instance, draining.address) == ("sleepy", "sleepy-0", address)
-    assert drained.wait(10)
-    assert served_while_draining and served_while_draining[0].result("Slept") == kplug.Result("Slept", "hi")
+    assert late.noticed.wait(10)
+    assert late.outcomes and late.outcomes[0].result("Slept") == kplug.Result("Slept", "hi")
 
     # Then it stops accepting calls, but waits for the one in flight.
-    deadline = time.monotonic() + 10
-    while not refused(address):
-        assert time.monotonic() < deadline, "the plugin kept accepting calls"
+    wait_until_refused(address, {"spec": {}})
     assert registry.deregistrations == [], "deregistered before the in-flight call finished"
     assert in_flight.release().result("Slept") == kplug.Result("Slept", "hi")
 
     assert plugin.wait() == 0  # after kplug answered the deregistration
     deregistration = registry.wait_for_deregistration(timeout=0)
     assert (deregistration.name, deregistration.address, deregistration.instance) == ("sleepy", address, "sleepy-0")
-    assert finished_when_deregistered == [True]
+    assert late.finished_when_deregistered == [True]
     assert "received SIGTERM" in plugin.stderr
 
 

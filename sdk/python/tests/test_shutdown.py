@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from plugin_calls import DrainingCall, wait_until_refused
 
 import kplug
 from kplug.heartbeat import DRAIN_NOTICE_TIMEOUT, INSTANCES, Accepted, Heartbeater, Refused
@@ -60,18 +61,6 @@ class Call:
         return self.outcome
 
 
-def refused(address: str) -> bool:
-    """Whether a new call is left unserved: the plugin stopped accepting calls."""
-    with PluginClient(address) as client:
-        try:
-            client.reconcile({"metadata": {"name": "new"}}, timeout=2)
-        except grpc.RpcError as error:
-            unserved = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
-            assert error.code() in unserved, error
-            return True
-    return False
-
-
 @pytest.fixture
 def request_message() -> registry_pb2.HeartbeatRequest:
     return registry_pb2.HeartbeatRequest(name="gate", address="127.0.0.1:1", instance="gate-0")
@@ -93,34 +82,15 @@ def test_stop_drains_then_lets_calls_finish_then_deregisters(registry: FakeRegis
     assert gate.entered.wait(10)
 
     # kplug routed a call here just before it heard of the draining: served.
-    late: list[kplug.Outcome] = []
-    noticed = threading.Event()
-
-    def answer(request: registry_pb2.HeartbeatRequest) -> registry_pb2.HeartbeatResponse:
-        if request.draining and not noticed.is_set():
-            with PluginClient(server.address) as client:
-                late.append(client.reconcile({"metadata": {"name": "late"}}, timeout=5))
-            noticed.set()
-        return registry.accept(request)
-
-    finished_when_deregistered: list[bool] = []
-
-    def deregister(request: registry_pb2.DeregisterRequest) -> registry_pb2.DeregisterResponse:
-        finished_when_deregistered.append(gate.finished.is_set())
-        return registry.remove(request)
-
-    registry.answer = answer
-    registry.answer_deregister = deregister
+    late = DrainingCall(registry, server.address, {"metadata": {"name": "late"}}, gate.finished.is_set)
     stopper = threading.Thread(target=server.stop)
     stopper.start()
 
-    assert noticed.wait(10), "no draining heartbeat"
-    assert late[0].result("Passed") == kplug.Result("Passed", "late")
+    assert late.noticed.wait(10), "no draining heartbeat"
+    assert late.outcomes[0].result("Passed") == kplug.Result("Passed", "late")
     assert server.wait_for_heartbeat(lambda s: s.draining, 5)
     # Then it stops accepting calls, and waits for the one in flight before deregistering.
-    deadline = time.monotonic() + 10
-    while not refused(server.address):
-        assert time.monotonic() < deadline, "the plugin kept accepting calls"
+    wait_until_refused(server.address, {"metadata": {"name": "new"}})
     assert registry.deregistrations == []
     gate.release.set()
     assert held.result().result("Passed") == kplug.Result("Passed", "held")
@@ -128,7 +98,7 @@ def test_stop_drains_then_lets_calls_finish_then_deregisters(registry: FakeRegis
     assert not stopper.is_alive()
     deregistration = registry.wait_for_deregistration(timeout=0)
     assert (deregistration.instance, deregistration.address) == ("gate-0", server.address)
-    assert finished_when_deregistered == [True]
+    assert late.finished_when_deregistered == [True]
     draining = [h.request.draining for h in registry.heartbeats]
     assert draining[0] is False and draining[-1] is True
 

@@ -100,3 +100,15 @@ pub enum Error {
     #[error("an SDK task ended abnormally")]
     Task(#[source] tokio::task::JoinError),
 }
+
+/// `error: cause: cause…`, since tonic's and rustls's errors keep the
+/// detail in their sources.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}

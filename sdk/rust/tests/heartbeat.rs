@@ -2,6 +2,7 @@
 //! registry. Timing checks use lower bounds (timers never fire early) and
 //! generous upper bounds, and every wait has a timeout so a hang fails.
 
+mod fake;
 mod support;
 
 use std::collections::VecDeque;
@@ -363,17 +364,7 @@ async fn shutdown_is_bounded_when_the_registry_hangs() {
     // Accepts connections but never speaks HTTP/2, like a wedged registry.
     let listener = listener().await;
     let addr = listener.local_addr().unwrap();
-    let (connected, first_connection) = tokio::sync::oneshot::channel();
-    let _hold = tokio::spawn(async move {
-        let mut connected = Some(connected);
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-            if let Some(connected) = connected.take() {
-                let _ = connected.send(());
-            }
-        }
-    });
+    let (first_connection, _hold) = fake::wedged(listener);
     let client = Client::start(Heartbeater::new(url(addr), info()));
     // Stop while the heartbeat is stuck on the connection, not before it.
     tokio::time::timeout(PATIENCE, first_connection)

@@ -11,27 +11,15 @@ mod fake;
 
 use std::process::Command;
 
-use kplug_sdk::{ApiRef, Config, Outcome, Plugin, PluginInfo, Request, Server};
+use kplug_sdk::{ApiRef, Config, PluginInfo, Server};
 use tokio::sync::oneshot;
 
-use fake::{Options, PATIENCE, Registry};
+use fake::{Idle, Options, PATIENCE, Registry};
 
 /// The ignored test the children run.
 const CHILD: &str = "child_registers_as_the_expected_instance";
 /// The instance the child must see.
 const EXPECTED: &str = "KPLUG_TEST_EXPECTED_INSTANCE";
-
-struct Idle;
-
-impl Plugin for Idle {
-    async fn reconcile(&self, _: Request) -> Outcome {
-        Outcome::success()
-    }
-
-    async fn finalize(&self, _: Request) -> Outcome {
-        Outcome::success()
-    }
-}
 
 /// Serves `config` against a fake registry and returns the instance named
 /// by the first heartbeat and by the deregistration.

@@ -307,17 +307,7 @@ async fn drain_is_bounded_when_kplug_does_not_answer() {
     // Accepts connections but never speaks HTTP/2, like a wedged kplug.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (connected, first_connection) = tokio::sync::oneshot::channel();
-    let _hold = tokio::spawn(async move {
-        let mut connected = Some(connected);
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-            if let Some(connected) = connected.take() {
-                let _ = connected.send(());
-            }
-        }
-    });
+    let (first_connection, _hold) = fake::wedged(listener);
     let mut heartbeats = Heartbeater::new(format!("http://{addr}"), info())
         .start()
         .unwrap();

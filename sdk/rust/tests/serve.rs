@@ -2,16 +2,17 @@
 //! while a real fake registry records its heartbeats. Every wait is bounded
 //! so that a hang fails instead of stalling the suite.
 
+mod fake;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kplug_sdk::proto::v1alpha1::plugin_client::PluginClient;
-use kplug_sdk::proto::v1alpha1::registry_server::{Registry, RegistryServer};
 use kplug_sdk::proto::v1alpha1::{
-    DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, ReconcileRequest,
-    ReconcileResponse, Severity as WireSeverity,
+    DeregisterRequest, HeartbeatRequest, ReconcileRequest, ReconcileResponse,
+    Severity as WireSeverity,
 };
 use kplug_sdk::{
     ApiRef, Condition, Config, Error, ObjectRef, Outcome, Plugin, PluginInfo, Request, Server,
@@ -21,51 +22,13 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-/// Bounds every wait; far above anything a healthy run needs.
-const PATIENCE: Duration = Duration::from_secs(10);
-
-/// What the fake registry received, and when.
-#[derive(Debug)]
-enum Call {
-    Heartbeat(Box<HeartbeatRequest>),
-    Deregister(DeregisterRequest, Instant),
-}
-
-/// Accepts every heartbeat and reports every call.
-struct FakeRegistry(mpsc::UnboundedSender<Call>);
-
-#[tonic::async_trait]
-impl Registry for FakeRegistry {
-    async fn heartbeat(
-        &self,
-        request: tonic::Request<HeartbeatRequest>,
-    ) -> Result<tonic::Response<HeartbeatResponse>, tonic::Status> {
-        let _ = self.0.send(Call::Heartbeat(Box::new(request.into_inner())));
-        Ok(tonic::Response::new(HeartbeatResponse {
-            accepted: true,
-            interval: Some(Duration::from_secs(3600).try_into().unwrap()),
-            uid: "uid-1".into(),
-            ..Default::default()
-        }))
-    }
-
-    async fn deregister(
-        &self,
-        request: tonic::Request<DeregisterRequest>,
-    ) -> Result<tonic::Response<DeregisterResponse>, tonic::Status> {
-        let _ = self
-            .0
-            .send(Call::Deregister(request.into_inner(), Instant::now()));
-        Ok(tonic::Response::new(DeregisterResponse { removed: true }))
-    }
-}
+use fake::{Call, Options, PATIENCE, Registry};
 
 /// A plugin steered by its object's spec: `sleepMs` delays the answer,
 /// `panic` panics with that message; otherwise it echoes what it got.
@@ -151,21 +114,20 @@ struct Running {
     client: PluginClient<Channel>,
     channel: Channel,
     address: SocketAddr,
-    registry: mpsc::UnboundedReceiver<Call>,
+    registry: Registry,
     stop: Option<oneshot::Sender<()>>,
     served: JoinHandle<Result<(), Error>>,
 }
 
 impl Running {
     async fn start(plugin: Echo, config: Config) -> Self {
-        let registry_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let registry_url = format!("http://{}", registry_listener.local_addr().unwrap());
-        let (calls, registry) = mpsc::unbounded_channel();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RegistryServer::new(FakeRegistry(calls)))
-                .serve_with_incoming(TcpListenerStream::new(registry_listener)),
-        );
+        // A kplug before instances: deregistered at once on shutdown.
+        let registry = Registry::start(Options {
+            instances: false,
+            ..Options::default()
+        })
+        .await;
+        let registry_url = registry.url();
 
         let info = PluginInfo::new("echo", ApiRef::new("example.com", "echoes", "v1"))
             .version("1.0.0")
@@ -194,23 +156,13 @@ impl Running {
         }
     }
 
-    async fn next_call(&mut self) -> Call {
-        tokio::time::timeout(PATIENCE, self.registry.recv())
-            .await
-            .expect("the registry heard nothing in time")
-            .expect("the registry stopped")
-    }
-
     async fn heartbeat(&mut self) -> HeartbeatRequest {
-        match self.next_call().await {
-            Call::Heartbeat(request) => *request,
-            other => panic!("expected a heartbeat, got {other:?}"),
-        }
+        self.registry.heartbeat().await.0
     }
 
     async fn deregistration(&mut self) -> (DeregisterRequest, Instant) {
         loop {
-            if let Call::Deregister(request, at) = self.next_call().await {
+            if let Call::Deregister(request, at) = self.registry.next().await {
                 return (request, at);
             }
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use kplug_sdk::proto::v1alpha1::ReconcileRequest;
 use kplug_sdk::proto::v1alpha1::plugin_client::PluginClient;
-use kplug_sdk::{ApiRef, Config, Error, Outcome, Plugin, PluginInfo, Request, Server};
+use kplug_sdk::{ApiRef, Config, Error, PluginInfo, Server};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use fake::{Options, PATIENCE, Registry};
+use fake::{Idle, Options, PATIENCE, Registry};
 
 /// A CA that signs certificates for the tests.
 struct Ca {
@@ -63,18 +63,6 @@ impl Ca {
 
     fn client(&self, name: &str) -> (String, String) {
         self.issue(name, ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
-
-struct Idle;
-
-impl Plugin for Idle {
-    async fn reconcile(&self, _: Request) -> Outcome {
-        Outcome::success()
-    }
-
-    async fn finalize(&self, _: Request) -> Outcome {
-        Outcome::success()
     }
 }
 

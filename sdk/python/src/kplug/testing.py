@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -236,12 +236,7 @@ class FakeRegistry:
             self._heartbeats.append(ReceivedHeartbeat(time.monotonic(), request, token))
             self._changed.notify_all()
         self._authenticate(token, context)
-        answer = (self.answer or self.accept)(request)
-        if isinstance(answer, grpc.StatusCode):
-            context.abort(answer, "failed by the fake registry")
-        if isinstance(answer, tuple):
-            context.abort(*answer)
-        return answer
+        return _reply_or_abort((self.answer or self.accept)(request), context)
 
     def _deregister(
         self, request: registry_pb2.DeregisterRequest, context: grpc.ServicerContext
@@ -252,12 +247,7 @@ class FakeRegistry:
             self._deregistration_tokens.append(token)
             self._changed.notify_all()
         self._authenticate(token, context)
-        answer = (self.answer_deregister or self.remove)(request)
-        if isinstance(answer, grpc.StatusCode):
-            context.abort(answer, "failed by the fake registry")
-        if isinstance(answer, tuple):
-            context.abort(*answer)
-        return answer
+        return _reply_or_abort((self.answer_deregister or self.remove)(request), context)
 
     def _authenticate(self, token: str | None, context: grpc.ServicerContext) -> None:
         tokens = self.tokens
@@ -267,6 +257,20 @@ class FakeRegistry:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, NO_TOKEN)
         if token not in tokens:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, INVALID_TOKEN)
+
+
+_Reply = TypeVar("_Reply")
+
+
+def _reply_or_abort(
+    answer: _Reply | grpc.StatusCode | tuple[grpc.StatusCode, str], context: grpc.ServicerContext
+) -> _Reply:
+    """The reply an :data:`Answer` or :data:`DeregisterAnswer` gave, or the call failed with its status code."""
+    if isinstance(answer, grpc.StatusCode):
+        context.abort(answer, "failed by the fake registry")
+    if isinstance(answer, tuple):
+        context.abort(*answer)
+    return answer
 
 
 def _bearer(context: grpc.ServicerContext) -> str | None:

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Uri};
 
 use crate::Error;
+use crate::error::error_chain;
 
 /// Bounds dialing the registry, so an unanswered dial cannot stall the
 /// channel for the operating system's much longer TCP timeout.
@@ -140,17 +141,6 @@ impl Target {
         }
         Ok(endpoint)
     }
-}
-
-/// `error: cause: cause…`, since tonic's errors keep the detail in sources.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text = format!("{text}: {cause}");
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

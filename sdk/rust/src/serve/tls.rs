@@ -19,6 +19,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, info, warn};
 
+use crate::error::error_chain;
 use crate::{Config, Error};
 
 /// Bounds a TLS handshake, so a client that connects and says nothing does
@@ -272,17 +273,6 @@ async fn handshake(
         Ok(Err(error)) => info!(%peer, %error, "TLS handshake failed; connection refused"),
         Err(_) => debug!(%peer, timeout = ?HANDSHAKE_TIMEOUT, "TLS handshake timed out"),
     }
-}
-
-/// `error: cause: cause…`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text = format!("{text}: {cause}");
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

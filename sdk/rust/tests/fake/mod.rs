@@ -1,8 +1,9 @@
-//! A fake kplug registry for the instance, replica and shutdown tests: it
-//! records every call with when it came, optionally announces the
+//! A fake kplug registry for the serve, instance, replica, shutdown and TLS
+//! tests: it records every call with when it came, optionally announces the
 //! `Instances` capability, and can hold its answer to a draining heartbeat
 //! until the test lets it go. Every wait is bounded, so a hang fails.
-//! Each test file uses a part of it.
+//! Beside it, a registry that never answers, and a plugin with nothing to
+//! do. Each test file uses a part of it.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -14,8 +15,10 @@ use kplug_sdk::proto::v1alpha1::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, PROTOCOL_VERSION,
     Protocol,
 };
+use kplug_sdk::{Outcome, Plugin, Request};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::{Identity, ServerTlsConfig};
@@ -234,5 +237,36 @@ impl Registry {
         if let Ok(call) = self.calls.try_recv() {
             panic!("expected no more calls, got {call:?}");
         }
+    }
+}
+
+/// Accepts connections on `listener` but never speaks HTTP/2, like a
+/// wedged kplug; the receiver hears of the first connection. The task
+/// holds the connections open.
+pub fn wedged(listener: TcpListener) -> (oneshot::Receiver<()>, JoinHandle<()>) {
+    let (connected, first_connection) = oneshot::channel();
+    let hold = tokio::spawn(async move {
+        let mut connected = Some(connected);
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            if let Some(connected) = connected.take() {
+                let _ = connected.send(());
+            }
+        }
+    });
+    (first_connection, hold)
+}
+
+/// A plugin with nothing to do: every call succeeds.
+pub struct Idle;
+
+impl Plugin for Idle {
+    async fn reconcile(&self, _: Request) -> Outcome {
+        Outcome::success()
+    }
+
+    async fn finalize(&self, _: Request) -> Outcome {
+        Outcome::success()
     }
 }
