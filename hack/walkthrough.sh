@@ -314,7 +314,17 @@ sys.exit(0 if any(c["type"] == "Available" and c["status"] == "True" for c in co
 
 install_kplug() {
   step "3/8 kplug as an aggregated API server: deploy/, its ServiceAccount, certificates, APIService"
-  k apply -k "$ROOT/deploy" >/dev/null || fail "kubectl apply -k deploy/ failed"
+  # The PodDisruptionBudget is policy/v1 (Kubernetes 1.21+); the local
+  # kube-apiserver may be older, and there are no pods to disrupt here.
+  if k api-versions | grep -qx policy/v1; then
+    k apply -k "$ROOT/deploy" >/dev/null || fail "kubectl apply -k deploy/ failed"
+  else
+    k kustomize "$ROOT/deploy" | python3 -c '
+import sys
+documents = sys.stdin.read().split("\n---\n")
+print("\n---\n".join(d for d in documents if "kind: PodDisruptionBudget" not in d))
+' | k apply -f - >/dev/null || fail "kubectl apply of deploy/ failed"
+  fi
   token kplug-system kplug "$DIR/kplug.token"
   token_kubeconfig "$DIR/kplug.token" "$DIR/kplug.kubeconfig"
   CERTS="$DIR/kplug-certs"
