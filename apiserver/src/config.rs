@@ -411,8 +411,10 @@ pub struct ServingFlags {
     #[arg(long, default_value = "90s", value_parser = parse_positive_duration)]
     pub idle_connection_timeout: Duration,
     /// Connections each listener holds at once; more are closed as soon as
-    /// they are accepted (counted in kplug_connections_refused_total).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    /// they are accepted (counted in kplug_connections_refused_total). Every
+    /// plugin instance keeps a connection to the heartbeat listener, so this
+    /// must exceed the fleet: the default fits 50,000 instances.
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
     /// Concurrent HTTP/2 streams (requests, watches) per connection.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
@@ -521,7 +523,7 @@ mod tests {
         let defaults = serving(&[]).expect("defaults");
         assert_eq!(defaults.request_header_timeout, Duration::from_secs(10));
         assert_eq!(defaults.idle_connection_timeout, Duration::from_secs(90));
-        assert_eq!(defaults.max_connections, 4096);
+        assert_eq!(defaults.max_connections, 65_536);
         assert_eq!(defaults.max_streams_per_connection, 250);
         let set =
             serving(&["--request-header-timeout", "2s", "--max-connections", "8"]).expect("flags");

@@ -87,6 +87,19 @@ pub fn machine_busy() -> Result<Duration> {
     ))
 }
 
+/// The machine's load averages over 1, 5 and 15 minutes (`uptime`'s),
+/// from `/proc/loadavg`: runnable and waiting tasks, this process's too.
+pub fn load_averages() -> Result<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").context("reading /proc/loadavg")?;
+    let values: Vec<f64> = text
+        .split_whitespace()
+        .take(3)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("malformed /proc/loadavg")?;
+    values.try_into().ok().context("malformed /proc/loadavg")
+}
+
 /// A `field` of `/proc/PID/status` in KiB, e.g. `VmRSS` (resident memory
 /// now) or `VmHWM` (peak resident memory).
 pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use anyhow::{Context, Result, ensure};
 use serde::Deserialize;
 
 use crate::postgres::venv_python;
@@ -107,32 +108,38 @@ impl Samples {
     /// installed by hack/python-env.sh): a page Prometheus would reject
     /// fails the test, not only wrong numbers.
     pub fn parse(text: &str) -> Self {
+        Self::try_parse(text).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`Samples::parse`] returning an error instead of panicking, for the
+    /// benches.
+    pub fn try_parse(text: &str) -> Result<Self> {
         let mut child = Command::new(venv_python())
             .args(["-c", PARSE])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start the OpenMetrics parser (run hack/python-env.sh)");
+            .context("start the OpenMetrics parser (run hack/python-env.sh)")?;
         child
             .stdin
             .take()
-            .expect("the parser's stdin")
+            .context("the parser's stdin")?
             .write_all(text.as_bytes())
-            .expect("send the page to the parser");
-        let output = child.wait_with_output().expect("the parser's output");
-        assert!(
+            .context("send the page to the parser")?;
+        let output = child.wait_with_output().context("the parser's output")?;
+        ensure!(
             output.status.success(),
             "not valid OpenMetrics: {}\n--- page ---\n{text}",
             String::from_utf8_lossy(&output.stderr)
         );
         let parsed: Parsed =
-            serde_json::from_slice(&output.stdout).expect("the parser prints JSON");
-        Self {
+            serde_json::from_slice(&output.stdout).context("the parser prints JSON")?;
+        Ok(Self {
             samples: parsed.samples,
             help: parsed.help,
             text: text.to_owned(),
-        }
+        })
     }
 
     /// The samples named `name` (as exposed: a counter's `_total`, a

@@ -2,28 +2,25 @@
 //! steady state) and first registrations into an empty registry, from
 //! `CHANNELS` × `IN_FLIGHT_PER_CHANNEL` concurrent callers.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use kplug_proto::v1alpha1::HeartbeatRequest;
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{
-    ExtensionKind, HeartbeatRequest, PROTOCOL_VERSION, PluginApi, Protocol,
-};
 use kplug_test_support::measure::{Latencies, own_cpu_time};
 use kplug_test_support::report::thousands;
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use crate::support::{REQUEST_TIMEOUT, Server, join_all};
+use crate::support::heartbeats::{connect_registry, declaration};
+use crate::support::{Server, join_all};
 use crate::{Build, PHASE_TIMEOUT, round_order};
 
 /// Plugins declare this interval (the server allows up to 5 minutes).
-const PLUGIN_INTERVAL_SECONDS: i64 = 300;
+const PLUGIN_INTERVAL_SECONDS: u64 = 300;
 /// Live plugins during the steady-state heartbeat run.
 const STEADY_PLUGINS: usize = 10_000;
 /// Unchanged heartbeats sent per build, in rounds over the live plugins.
@@ -99,43 +96,11 @@ pub fn run(runtime: &Runtime, builds: &[Build]) -> Result<Vec<HeartbeatRun>> {
     Ok(runs.into_iter().flatten().collect())
 }
 
-/// A realistic declaration for plugin number `index`.
-fn heartbeat_request(index: usize) -> HeartbeatRequest {
-    HeartbeatRequest {
-        name: format!("bench-plugin-{index:05}"),
-        version: "1.4.2".to_owned(),
-        api: Some(PluginApi {
-            group: "databases.bench.kplug.io".to_owned(),
-            resource: "databasetables".to_owned(),
-            version: "v1alpha1".to_owned(),
-        }),
-        implementation: "PostgreSQL".to_owned(),
-        // Never dialled: the registry only records where plugins listen.
-        address: format!("plugin-{index:05}.bench.invalid:50051"),
-        extensions: vec![ExtensionKind {
-            group: "backups.bench.kplug.io".to_owned(),
-            kind: "Backup".to_owned(),
-            version: String::new(),
-        }],
-        labels: HashMap::from([
-            ("team".to_owned(), format!("team-{}", index % 10)),
-            ("tier".to_owned(), "gold".to_owned()),
-        ]),
-        interval: Some(prost_types::Duration {
-            seconds: PLUGIN_INTERVAL_SECONDS,
-            nanos: 0,
-        }),
-        protocol: Some(Protocol {
-            version: PROTOCOL_VERSION.to_owned(),
-            sdk: "kplug-bench/0.1.0".to_owned(),
-            capabilities: vec!["Reconcile".to_owned(), "Finalize".to_owned()],
-        }),
-        ..Default::default()
-    }
-}
-
 pub fn heartbeat_requests(indices: std::ops::Range<usize>) -> Arc<[HeartbeatRequest]> {
-    indices.map(heartbeat_request).collect()
+    let interval = Duration::from_secs(PLUGIN_INTERVAL_SECONDS);
+    indices
+        .map(|index| declaration(index, Some(interval)))
+        .collect()
 }
 
 /// What one heartbeat run measured.
@@ -183,7 +148,7 @@ pub async fn send_heartbeats(
     requests: Arc<[HeartbeatRequest]>,
     total: usize,
 ) -> Result<HeartbeatRun> {
-    let clients = connect_registry(server.grpc).await?;
+    let clients = connect_registry(server.grpc, CHANNELS).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let (server_cpu, client_cpu) = (server.cpu_time()?, own_cpu_time()?);
     let started = Instant::now();
@@ -217,22 +182,6 @@ pub async fn send_heartbeats(
         server_cpu: server.cpu_time()? - server_cpu,
         client_cpu: own_cpu_time()? - client_cpu,
     })
-}
-
-async fn connect_registry(address: SocketAddr) -> Result<Vec<RegistryClient<Channel>>> {
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .context("the gRPC endpoint")?
-        .timeout(REQUEST_TIMEOUT);
-    let mut clients = Vec::with_capacity(CHANNELS);
-    for _ in 0..CHANNELS {
-        // One Endpoint::connect is one HTTP/2 connection.
-        let channel = endpoint
-            .connect()
-            .await
-            .with_context(|| format!("connecting to grpc://{address}"))?;
-        clients.push(RegistryClient::new(channel));
-    }
-    Ok(clients)
 }
 
 /// One in-flight slot: takes the next heartbeat number until `total` are sent.

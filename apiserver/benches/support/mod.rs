@@ -6,6 +6,8 @@
 //! Each bench compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
+pub mod heartbeats;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kplug_test_support::measure::{OtherLoad, proc_status_kib, process_cpu_time};
@@ -192,12 +195,35 @@ impl ApiClient {
             .with_context(|| format!("POST {path} took longer than {REQUEST_TIMEOUT:?}"))?
     }
 
-    async fn send(
+    /// GETs `path` (a watch) and returns the body of a 200 response
+    /// unread, to be read as it streams; only the response's headers are
+    /// bounded by [`REQUEST_TIMEOUT`].
+    pub async fn get_streaming(&mut self, path: &str, accept: &str) -> Result<Incoming> {
+        let request = http::Request::get(format!("{}{path}", self.base))
+            .header(http::header::ACCEPT, accept)
+            .body(Full::new(Bytes::new()))
+            .context("building the request")?;
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.start(request, "GET", path))
+            .await
+            .with_context(|| format!("GET {path} took longer than {REQUEST_TIMEOUT:?}"))??;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.into_body().collect().await.map(|b| b.to_bytes());
+            bail!(
+                "GET {path}: {status}: {}",
+                String::from_utf8_lossy(&body.unwrap_or_default())
+            );
+        }
+        Ok(response.into_body())
+    }
+
+    /// Sends `request` and returns the response once its headers are in.
+    async fn start(
         &mut self,
         mut request: http::Request<Full<Bytes>>,
         method: &str,
         path: &str,
-    ) -> Result<(http::StatusCode, Bytes)> {
+    ) -> Result<http::Response<Incoming>> {
         for (name, value) in &self.default_headers {
             request.headers_mut().insert(name, value.clone());
         }
@@ -205,11 +231,19 @@ impl ApiClient {
             .ready()
             .await
             .context("the API connection closed")?;
-        let response = self
-            .sender
+        self.sender
             .send_request(request)
             .await
-            .with_context(|| format!("{method} {path}"))?;
+            .with_context(|| format!("{method} {path}"))
+    }
+
+    async fn send(
+        &mut self,
+        request: http::Request<Full<Bytes>>,
+        method: &str,
+        path: &str,
+    ) -> Result<(http::StatusCode, Bytes)> {
+        let response = self.start(request, method, path).await?;
         let status = response.status();
         let body = response
             .into_body()
@@ -260,11 +294,21 @@ pub fn tls_config(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<rust
 /// competition from other processes, the binaries measured (`(role,
 /// path)`) and the command.
 pub fn print_machine(binaries: &[(&str, &Path)], command: &str, others: OtherLoad) -> Result<()> {
+    print_machine_with_notes(binaries, command, others, &[])
+}
+
+/// [`print_machine`] with `notes` after the kernel.
+pub fn print_machine_with_notes(
+    binaries: &[(&str, &Path)],
+    command: &str,
+    others: OtherLoad,
+    notes: &[String],
+) -> Result<()> {
     Machine {
         heading: "## Machine",
         shared_by: "the server and the load generator",
         memory: true,
-        notes: &[],
+        notes,
         others: (others, "the run"),
         details: &[],
         binaries,
