@@ -149,6 +149,28 @@ fn same(watched: &Arc<Mutex<Watched>>, expected: &BTreeMap<String, String>) -> R
     ))
 }
 
+/// Waits until the watcher holds exactly what `kplug` lists, uids included,
+/// and checks that it got there by a new full list (more than
+/// `lists_before`), not by resuming another process's history.
+async fn relisted_and_converged(
+    watched: &Arc<Mutex<Watched>>,
+    kplug: &Arc<StandaloneKplug>,
+    lists_before: usize,
+    when: &str,
+) {
+    let (w, k) = (watched.clone(), kplug.clone());
+    eventually(
+        &format!("the watcher converges {when}"),
+        Duration::from_secs(60),
+        move || same(&w, &listed(&k)),
+    )
+    .await;
+    assert!(
+        watched.lock().lists > lists_before,
+        "the watcher did not relist {when}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_hold_the_same_plugins_and_a_client_that_moves_relists() {
     let a = StandaloneKplug::start();
@@ -264,17 +286,7 @@ async fn replicas_hold_the_same_plugins_and_a_client_that_moves_relists() {
 
     // The watcher resumed on b with a's version, was told 410 and relisted:
     // it holds exactly b's plugins, uids included.
-    let (w, b2) = (watched.clone(), b.clone());
-    eventually(
-        "the watcher converges on b",
-        Duration::from_secs(60),
-        move || same(&w, &listed(&b2)),
-    )
-    .await;
-    assert!(
-        watched.lock().lists > lists_before,
-        "the watcher did not relist after moving to b"
-    );
+    relisted_and_converged(&watched, &b, lists_before, "after moving to b").await;
 
     // kubectl through the Service keeps working against b.
     let kubectl = tokio::task::spawn_blocking({
@@ -337,15 +349,5 @@ async fn a_restarted_kplug_is_whole_again_within_one_heartbeat_interval() {
         "the plugins took {back_after:?} to come back (interval {interval:?})"
     );
 
-    let (w, k) = (watched.clone(), kplug.clone());
-    eventually(
-        "the watcher converges after the restart",
-        Duration::from_secs(60),
-        move || same(&w, &listed(&k)),
-    )
-    .await;
-    assert!(
-        watched.lock().lists > lists_before,
-        "the watcher did not relist after the restart"
-    );
+    relisted_and_converged(&watched, &kplug, lists_before, "after the restart").await;
 }
