@@ -139,7 +139,7 @@ fn bookmarks_and_initial_events_end() {
 }
 
 #[test]
-fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
+fn a_label_change_moves_a_plugin_out_of_a_filtered_watch_and_status_changes_stay_in() {
     let kplug = StandaloneKplug::start();
     send(
         &kplug,
@@ -156,9 +156,15 @@ fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
         });
         // The relabelling must reach the watch as events.
         wait_for_open_watches(&kplug, 1.0);
+        // Then a change of status alone (draining) inside the selection:
+        // kplug keeps no previous object for it, and it stays MODIFIED.
+        let draining = HeartbeatRequest {
+            draining: true,
+            ..heartbeat("stayer", "a")
+        };
         send(
             &kplug,
-            vec![heartbeat("mover", "b"), heartbeat("stayer", "a")],
+            vec![heartbeat("mover", "b"), heartbeat("stayer", "a"), draining],
         );
         watch.join().expect("watch thread")
     });
@@ -166,7 +172,12 @@ fn a_label_change_moves_a_plugin_out_of_a_filtered_watch() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(
         summary(&events(&body)),
-        ["ADDED mover", "DELETED mover", "ADDED stayer"]
+        [
+            "ADDED mover",
+            "DELETED mover",
+            "ADDED stayer",
+            "MODIFIED stayer"
+        ]
     );
 }
 

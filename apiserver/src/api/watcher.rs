@@ -107,10 +107,12 @@ impl Encoder {
     /// object into or out of the selection is an ADDED or DELETED.
     fn event(&self, event: &Event) -> Option<Bytes> {
         let now = self.options.selects(&event.object);
+        // A MODIFIED event without the previous object changed only the
+        // status, which no selector looks at.
         let before = event
             .previous
             .as_ref()
-            .is_some_and(|p| self.options.selects(p));
+            .map_or(now, |p| self.options.selects(p));
         let type_ = match (event.event_type, before, now) {
             (EventType::Modified, true, true) => EventType::Modified,
             (EventType::Modified, false, true) => EventType::Added,

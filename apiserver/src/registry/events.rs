@@ -37,9 +37,28 @@ pub struct Event {
     pub object: Arc<Plugin>,
     /// `object`'s wire forms.
     pub encoded: Arc<Encoded>,
-    /// The object before a MODIFIED change, so that filtered watches can
-    /// turn a change that leaves or enters their selection into DELETED or ADDED.
+    /// The object before a MODIFIED change that touched its declaration
+    /// (labels, spec or instance addresses), so that filtered watches can
+    /// turn a change that leaves or enters their selection into DELETED or
+    /// ADDED, and the proxy can drop channels to addresses that left. `None`
+    /// when only the status changed (a refresh of its times, readiness):
+    /// selections and addresses are then `object`'s. Most events are status
+    /// refreshes, and keeping their previous versions would double what the
+    /// history holds.
     pub previous: Option<Arc<Plugin>>,
+}
+
+impl Event {
+    /// `previous` as a MODIFIED event keeps it (see [`Event::previous`]).
+    pub(super) fn kept_previous(previous: Arc<Plugin>, object: &Plugin) -> Option<Arc<Plugin>> {
+        fn addresses(plugin: &Plugin) -> impl Iterator<Item = &str> {
+            plugin.status.instances.iter().map(|i| i.address.as_str())
+        }
+        let declaration_changed = previous.metadata.labels != object.metadata.labels
+            || previous.spec != object.spec
+            || !addresses(&previous).eq(addresses(object));
+        declaration_changed.then_some(previous)
+    }
 }
 
 /// A consistent start for a watch: the events to send first, then the live feed.

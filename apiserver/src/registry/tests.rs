@@ -131,6 +131,51 @@ fn a_changed_declaration_is_modified_with_the_previous_object() {
 }
 
 #[test]
+fn only_changes_to_the_declaration_keep_the_previous_object() {
+    let registry = Registry::new(config());
+    registry
+        .heartbeat(declaration("pg"), t0())
+        .expect("accepted");
+    let mut feed = registry.watch(Some(1)).expect("watch").feed;
+    // A status refresh, then the plugin late (readiness): status only.
+    registry
+        .heartbeat(declaration("pg"), t0() + secs(30))
+        .expect("accepted");
+    registry.sweep(t0() + secs(41));
+    let mut relabelled = declaration("pg");
+    relabelled
+        .labels
+        .insert("tier".to_owned(), "gold".to_owned());
+    registry
+        .heartbeat(relabelled, t0() + secs(42))
+        .expect("accepted");
+    let mut moved = declaration("pg");
+    moved.labels.insert("tier".to_owned(), "gold".to_owned());
+    moved.address = "127.0.0.2:50052".to_owned();
+    registry
+        .heartbeat(moved, t0() + secs(43))
+        .expect("accepted");
+
+    let mut kept = Vec::new();
+    while let Ok(event) = feed.try_recv() {
+        assert_eq!(event.event_type, EventType::Modified);
+        kept.push(event.previous.as_ref().map(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            (labels.contains_key("tier"), p.spec.address.clone())
+        }));
+    }
+    assert_eq!(
+        kept,
+        [
+            None,
+            None,
+            Some((false, "127.0.0.1:50052".to_owned())),
+            Some((true, "127.0.0.1:50052".to_owned())),
+        ]
+    );
+}
+
+#[test]
 fn another_identity_cannot_take_a_live_name() {
     let registry = Registry::new(config());
     let mut owner = declaration("pg");

@@ -158,12 +158,13 @@ impl Registry {
             }
         };
         let result = accepted(&entry.lifecycle.uid);
+        let event_type = match previous {
+            Some(_) => EventType::Modified,
+            None => EventType::Added,
+        };
+        let previous = previous.and_then(|p| Event::kept_previous(p, &entry.object));
         let event = Event {
-            event_type: if previous.is_some() {
-                EventType::Modified
-            } else {
-                EventType::Added
-            },
+            event_type,
             resource_version,
             object: entry.object.clone(),
             encoded: entry.encoded.clone(),
@@ -208,7 +209,7 @@ impl Registry {
             resource_version,
             object: entry.object.clone(),
             encoded: entry.encoded.clone(),
-            previous: Some(previous),
+            previous: Event::kept_previous(previous, &entry.object),
         };
         self.publish(state, event);
     }
