@@ -3,6 +3,13 @@ use kplug_apiserver::config::{Cli, Command};
 use kplug_apiserver::server;
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc rather than glibc's malloc: the registry replaces thousands of
+/// small objects a second for as long as kplug runs, and glibc's heap keeps
+/// growing under that churn while the live data stays flat (BENCHMARKS.md,
+/// "Soak"); jemalloc's size classes and decay keep resident memory flat.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
