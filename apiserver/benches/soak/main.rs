@@ -19,10 +19,21 @@
 //! the last minute is at most `RSS_GROWTH_BOUND` times the first minute's
 //! (the larger of each minute's samples).
 //!
+//! With `KPLUG_BASELINE=REV` (a commit), kplug built at REV (the baseline,
+//! with its own default flags) runs beside the current build, and the whole
+//! soak runs against both at the same time: each has its own fleet of
+//! `KPLUG_SOAK_PLUGINS` plugins, its own watch and its own sampling, and
+//! neither server counts as the other's "other load". The report shows the
+//! current build's checks (they alone decide the exit status), the
+//! baseline's as information, and both builds' windows and samples side by
+//! side: the before/after memory curve of a change, measured in one run
+//! (hack/baseline.sh builds REV once into ~/.cache/kplug/baseline).
+//! Progress lines then start with "baseline: " or "current: ".
+//!
 //! Knobs (environment): `KPLUG_SOAK_PLUGINS` (10000), `KPLUG_SOAK_DURATION`
 //! (10m), `KPLUG_SOAK_INTERVAL` (unset: kplug's default; else the interval
-//! the plugins ask for, e.g. 5s). Results go to stdout as Markdown (for
-//! BENCHMARKS.md), progress to stderr. Run with
+//! the plugins ask for, e.g. 5s), `KPLUG_BASELINE` (unset). Results go to
+//! stdout as Markdown (for BENCHMARKS.md), progress to stderr. Run with
 //! `cargo bench -p kplug-apiserver --bench soak`.
 
 mod fleet;
@@ -38,7 +49,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use kplug_test_support::measure::{CpuSnapshot, load_averages};
 use serde::Deserialize;
-use support::{ApiClient, Server, print_machine_with_notes};
+use support::{ApiClient, BASELINE_VARIABLE, Server, baseline_binary, print_machine_with_notes};
 
 use crate::fleet::{Fleet, Stats};
 use crate::monitor::Sample;
@@ -66,6 +77,8 @@ pub struct Settings {
     pub duration: Duration,
     /// What the plugins ask for; `None`: kplug's default.
     pub interval: Option<Duration>,
+    /// The baseline's commit (`KPLUG_BASELINE`), if one runs beside.
+    pub baseline: Option<String>,
     /// The knobs that were set, as `NAME=value`, for the command line.
     set: Vec<String>,
 }
@@ -102,11 +115,13 @@ impl Settings {
             Some(text) => Some(duration(INTERVAL_VARIABLE, &text)?),
             None => None,
         };
+        let baseline = variable(BASELINE_VARIABLE);
         anyhow::ensure!(plugins > 0, "{PLUGINS_VARIABLE} must be at least 1");
         Ok(Self {
             plugins,
             duration: run,
             interval,
+            baseline,
             set,
         })
     }
@@ -137,52 +152,124 @@ pub struct Outcome {
     pub peak_rss_kib: u64,
 }
 
+/// One kplug under soak, as its monitor sees it.
+pub struct Subject<'a> {
+    pub server: &'a Server,
+    /// Its pid, then the other server's if two run: neither is "other
+    /// load" of the other.
+    pub pids: Vec<u32>,
+    /// Starts its progress lines: "baseline: " or "current:  " when two
+    /// run, else empty.
+    pub prefix: &'static str,
+}
+
 fn main() -> Result<()> {
     let settings = Settings::from_env()?;
     let binary = kplug_test_support::target_binary(
         "kplug-apiserver",
         "cargo build --release -p kplug-apiserver",
     )?;
+    // Built (the first time) before anything is measured.
+    let baseline = match &settings.baseline {
+        Some(rev) => Some((baseline_binary(rev)?, rev.as_str())),
+        None => None,
+    };
     let load_before = load_averages()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    let before = baseline
+        .as_ref()
+        .map(|(binary, _)| Server::start_binary(binary, &[]));
     let server = Server::start_binary(&binary, &[]);
-    let usage = CpuSnapshot::now(&[server.pid()])?;
-    let outcome = runtime.block_on(soak(&server, &settings))?;
+    let pids: Vec<u32> = std::iter::once(server.pid())
+        .chain(before.as_ref().map(Server::pid))
+        .collect();
+    if let (Some(before), Some((_, rev))) = (&before, &baseline) {
+        eprintln!(
+            "baseline (`{rev}`): pid {}; current: pid {}",
+            before.pid(),
+            server.pid()
+        );
+    }
+    let usage = CpuSnapshot::now(&pids)?;
+    let (outcome, baseline_outcome) = runtime.block_on(async {
+        let Some(before) = &before else {
+            let current = Subject {
+                server: &server,
+                pids: pids.clone(),
+                prefix: "",
+            };
+            return Ok((soak(&current, &settings).await?, None));
+        };
+        let current = Subject {
+            server: &server,
+            pids: pids.clone(),
+            // As wide as the baseline's, so that the columns line up.
+            prefix: "current:  ",
+        };
+        let baseline = Subject {
+            server: before,
+            pids: pids.iter().rev().copied().collect(),
+            prefix: "baseline: ",
+        };
+        let (current, baseline) =
+            tokio::try_join!(soak(&current, &settings), soak(&baseline, &settings))?;
+        anyhow::Ok((current, Some(baseline)))
+    })?;
     let usage = usage.usage()?;
 
+    let kplug_cpu = match (usage.processes.get(1), &baseline) {
+        (Some(before), Some((_, rev))) => format!(
+            "The current kplug used {:.1} CPU-seconds, the baseline (`{rev}`) {:.1}, the bench \
+             {:.1} (both fleets, watches, metrics parser)",
+            usage.processes[0].as_secs_f64(),
+            before.as_secs_f64(),
+            usage.own.as_secs_f64()
+        ),
+        _ => format!(
+            "kplug used {:.1} CPU-seconds, the bench {:.1} (plugins, watch, metrics parser)",
+            usage.processes[0].as_secs_f64(),
+            usage.own.as_secs_f64()
+        ),
+    };
     let notes = [
         format!(
             "Load average (`uptime`) before the run: {:.2}, {:.2}, {:.2}",
             load_before[0], load_before[1], load_before[2]
         ),
-        format!(
-            "kplug used {:.1} CPU-seconds, the bench {:.1} (plugins, watch, metrics parser)",
-            usage.processes[0].as_secs_f64(),
-            usage.own.as_secs_f64()
-        ),
+        kplug_cpu,
     ];
-    print_machine_with_notes(
-        &[("Server", binary.as_path())],
-        &settings.command(),
-        usage.other_load(),
-        &notes,
-    )?;
-    let failed = report::print(&settings, &outcome);
+    let baseline_role = baseline
+        .as_ref()
+        .map(|(_, rev)| format!("Baseline (`{rev}`)"));
+    let mut binaries = Vec::new();
+    if let (Some(role), Some((path, _))) = (&baseline_role, &baseline) {
+        binaries.push((role.as_str(), path.as_path()));
+    }
+    binaries.push(("Server", binary.as_path()));
+    print_machine_with_notes(&binaries, &settings.command(), usage.other_load(), &notes)?;
+    let compared = settings.baseline.as_deref().zip(baseline_outcome.as_ref());
+    let failed = report::print(&settings, &outcome, compared);
     if !failed.is_empty() {
         bail!("the soak run failed: {}", failed.join("; "));
     }
     Ok(())
 }
 
-async fn soak(server: &Server, settings: &Settings) -> Result<Outcome> {
+async fn soak(subject: &Subject<'_>, settings: &Settings) -> Result<Outcome> {
+    let server = subject.server;
     let mut api = ApiClient::connect(server).await?;
     // Longer than the run: kplug ends a watch at its timeout.
-    let watch = Watch::start(api.clone(), (settings.duration * 2).as_secs().max(60));
+    let watch = Watch::start(
+        api.clone(),
+        (settings.duration * 2).as_secs().max(60),
+        subject.prefix,
+    );
     eprintln!(
-        "starting {} plugins for {:?} (interval {:?})",
+        "{}starting {} plugins for {:?} (interval {:?})",
+        subject.prefix,
         settings.plugins,
         settings.duration,
         settings.expected_interval()
@@ -190,7 +277,7 @@ async fn soak(server: &Server, settings: &Settings) -> Result<Outcome> {
     let fleet = Fleet::start(server, settings).await?;
     let start = tokio::time::Instant::now();
     let samples = monitor::run(
-        server,
+        subject,
         &mut api,
         &fleet.stats,
         &watch.counts,

@@ -11,8 +11,9 @@ use kplug_test_support::measure::{CpuSnapshot, Latencies, OtherLoad};
 use kplug_test_support::metrics::Samples;
 use tokio::time::Instant;
 
+use crate::Subject;
 use crate::fleet::Stats;
-use crate::support::{ApiClient, Server};
+use crate::support::ApiClient;
 use crate::watch::WatchCounts;
 
 /// How often the monitor samples.
@@ -29,7 +30,7 @@ pub struct Sample {
     pub latencies: Vec<Duration>,
     /// kplug's CPU time since the last sample.
     pub kplug_cpu: Duration,
-    /// Other processes' CPU since the last sample.
+    /// Other processes' CPU since the last sample (neither kplug counts).
     pub other: OtherLoad,
     /// Plugins with an accepted heartbeat so far.
     pub registered: usize,
@@ -60,9 +61,10 @@ pub fn per_heartbeat(cpu: Duration, heartbeats: u64) -> f64 {
     cpu.as_secs_f64() * 1e6 / heartbeats.max(1) as f64
 }
 
-/// Samples from `start` every [`SAMPLE_EVERY`], and at `start + duration`.
+/// Samples `subject` from `start` every [`SAMPLE_EVERY`], and at `start +
+/// duration`.
 pub async fn run(
-    server: &Server,
+    subject: &Subject<'_>,
     api: &mut ApiClient,
     stats: &Stats,
     watch: &WatchCounts,
@@ -70,19 +72,19 @@ pub async fn run(
     duration: Duration,
 ) -> Result<Vec<Sample>> {
     let mut samples = Vec::new();
-    let mut cpu = CpuSnapshot::now(&[server.pid()])?;
+    let mut cpu = CpuSnapshot::now(&subject.pids)?;
     let mut accepted = 0;
     let mut at = Duration::ZERO;
     while at < duration {
         at = (at + SAMPLE_EVERY).min(duration);
         tokio::time::sleep_until(start + at).await;
         let usage = cpu.usage()?;
-        cpu = CpuSnapshot::now(&[server.pid()])?;
+        cpu = CpuSnapshot::now(&subject.pids)?;
         let total = stats.accepted.load(Ordering::Relaxed);
         let metrics = scrape(api).await?;
         let sample = Sample {
             at,
-            rss_kib: server.rss_kib()?,
+            rss_kib: subject.server.rss_kib()?,
             heartbeats: total - accepted,
             latencies: stats.take_latencies(),
             kplug_cpu: usage.processes[0],
@@ -100,8 +102,9 @@ pub async fn run(
         };
         accepted = total;
         eprintln!(
-            "{:>4} s: RSS {:.1} MiB, Ready {}/{}, expiries {}, {} heartbeats (p99 {:.1} ms), \
+            "{}{:>4} s: RSS {:.1} MiB, Ready {}/{}, expiries {}, {} heartbeats (p99 {:.1} ms), \
              errors {}, DELETED {}, other load {:.0} %",
+            subject.prefix,
             at.as_secs(),
             sample.rss_kib as f64 / 1024.0,
             sample.ready,

@@ -45,10 +45,11 @@ pub struct Watch {
 
 impl Watch {
     /// Starts watching every plugin, from an empty registry on, with
-    /// bookmarks, for up to `seconds` per request.
-    pub fn start(api: ApiClient, seconds: u64) -> Self {
+    /// bookmarks, for up to `seconds` per request; `prefix` starts its
+    /// progress lines.
+    pub fn start(api: ApiClient, seconds: u64, prefix: &'static str) -> Self {
         let counts = Arc::new(WatchCounts::default());
-        let task = tokio::spawn(watch(api, seconds, counts.clone()));
+        let task = tokio::spawn(watch(api, seconds, counts.clone(), prefix));
         Self { counts, task }
     }
 
@@ -87,7 +88,12 @@ struct Metadata {
     resource_version: String,
 }
 
-async fn watch(mut api: ApiClient, seconds: u64, counts: Arc<WatchCounts>) -> Result<()> {
+async fn watch(
+    mut api: ApiClient,
+    seconds: u64,
+    counts: Arc<WatchCounts>,
+    prefix: &str,
+) -> Result<()> {
     let mut resource_version: Option<String> = None;
     loop {
         let mut path =
@@ -116,7 +122,7 @@ async fn watch(mut api: ApiClient, seconds: u64, counts: Arc<WatchCounts>) -> Re
             pending.drain(..start);
         }
         counts.resumed.fetch_add(1, Ordering::Relaxed);
-        eprintln!("the watch ended; resuming from resourceVersion {resource_version:?}");
+        eprintln!("{prefix}the watch ended; resuming from resourceVersion {resource_version:?}");
     }
 }
 
