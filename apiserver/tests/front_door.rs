@@ -402,3 +402,47 @@ fn secrets_are_owner_only_from_the_first_byte() {
 
 #[path = "front_door/cluster.rs"]
 mod cluster;
+
+#[test]
+fn heartbeat_answers_carry_no_date_and_api_answers_do() {
+    use kplug_proto::v1alpha1::registry_client::RegistryClient;
+    use kplug_test_support::heartbeat_request;
+
+    let kplug = StandaloneKplug::start();
+    // Every plugin instance holds a connection to the heartbeat listener: a
+    // new `date` in every answer would grow each connection's HPACK table.
+    let reply = client::runtime().block_on(async {
+        let mut registry = RegistryClient::connect(kplug.grpc.clone())
+            .await
+            .expect("connect to the registry");
+        let request = heartbeat_request("dated", "dated-0", "127.0.0.1:9", Duration::from_secs(10));
+        registry.heartbeat(request).await.expect("a heartbeat")
+    });
+    assert!(reply.get_ref().accepted, "{:?}", reply.get_ref());
+    assert!(
+        reply.metadata().get("date").is_none(),
+        "{:?}",
+        reply.metadata()
+    );
+
+    // The API's answers keep theirs, as HTTP asks of an origin server.
+    let (cert, key) = kplug.admin_credentials();
+    let headers = output_text(
+        &Command::new("curl")
+            .args(["-sS", "--http2", "-o", "/dev/null", "-D", "-", "--cacert"])
+            .arg(kplug.state.path().join("ca.crt"))
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
+            .arg(format!("{}/livez", kplug.api))
+            .output()
+            .expect("curl runs"),
+    );
+    assert!(
+        headers
+            .lines()
+            .any(|l| l.to_ascii_lowercase().starts_with("date:")),
+        "{headers}"
+    );
+}

@@ -73,6 +73,22 @@ pub struct Door {
     /// `None`: plain TCP (standalone heartbeats, h2c).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub app: Router,
+    pub callers: Callers,
+}
+
+/// Who connects to a listener: that decides what a connection may keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Callers {
+    /// kubectl, kube-apiserver, operators: few connections, many requests.
+    Clients,
+    /// Every plugin instance, each holding one connection for as long as it
+    /// runs and sending a request every interval: tens of thousands of
+    /// connections, so what each keeps is what the fleet costs. A `date` on
+    /// every answer (gRPC does not use it) is a new entry in the
+    /// connection's HPACK table every second it answers, until the table
+    /// holds 4 KiB of them: several KiB of memory per connection, growing
+    /// for minutes (BENCHMARKS.md, "Soak").
+    Fleet,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -144,8 +160,8 @@ impl Drop for Open {
     }
 }
 
-/// hyper's settings for every connection.
-fn http(limits: &Limits) -> auto::Builder<TokioExecutor> {
+/// hyper's settings for every connection of a listener for `callers`.
+fn http(limits: &Limits, callers: Callers) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -158,6 +174,9 @@ fn http(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT);
+    if callers == Callers::Fleet {
+        builder.http2().auto_date_header(false);
+    }
     builder
 }
 
@@ -195,6 +214,7 @@ pub async fn serve(
         listener,
         tls,
         app,
+        callers,
     } = door;
     let (open, refused) = metrics.announce(name);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -203,7 +223,7 @@ pub async fn serve(
         app,
         auth,
         acceptor: tls.map(TlsAcceptor::from),
-        http: http(&limits),
+        http: http(&limits, callers),
         limits,
         metrics,
     });

@@ -34,7 +34,7 @@ use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
 use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
 use crate::proxy::{PluginTls, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
-use front_door::{ConnectionMetrics, Door, Limits};
+use front_door::{Callers, ConnectionMetrics, Door, Limits};
 use serving_cert::ServingCert;
 
 /// How often expired registrations are collected. Well under the shortest
@@ -215,6 +215,7 @@ impl Core {
         let api = Door {
             name: "api",
             listener: https,
+            callers: Callers::Clients,
             tls: Some(tls),
             app: app(
                 self.state,
@@ -267,6 +268,7 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let heartbeats = Door {
         name: "heartbeats",
         listener: grpc,
+        callers: Callers::Fleet,
         tls: None,
         app: tonic::service::Routes::new(
             HeartbeatService::new(core.registry.clone(), None)
@@ -330,6 +332,7 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     let heartbeats = Door {
         name: "heartbeats",
         listener: grpc,
+        callers: Callers::Fleet,
         tls: Some(grpc_tls),
         app: tonic::service::Routes::new(
             HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
