@@ -14,9 +14,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::transport::Channel;
 
-use crate::support::heartbeats::{connect_registry, declaration};
+use crate::Settings;
+use crate::support::heartbeats::{declaration, lazy_registry_clients};
 use crate::support::{Server, join_all};
-use crate::{CONNECTIONS, Settings};
 
 /// Retries after a failure start this soon and double up to the interval
 /// (the SDK's backoff).
@@ -100,9 +100,9 @@ pub struct Fleet {
 impl Fleet {
     /// Connects and starts `settings.plugins` plugins, their first
     /// heartbeats spread evenly over one interval (a fleet rolled out, not
-    /// restarted at once), plugin `i` on connection `i % CONNECTIONS`.
+    /// restarted at once), plugin `i` on connection `i % settings.connections`.
     pub async fn start(server: &Server, settings: &Settings) -> Result<Self> {
-        let clients = connect_registry(server.grpc, CONNECTIONS).await?;
+        let clients = lazy_registry_clients(server.grpc, settings.connections)?;
         let stats = Arc::new(Stats::default());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();

@@ -8,7 +8,7 @@
 //! heartbeats; failures are retried with a doubling backoff. Each plugin
 //! declares one instance (`NAME-0`, as a StatefulSet's pod). Their first
 //! heartbeats are spread evenly over one interval; they share
-//! `CONNECTIONS` gRPC connections. A watch on the plugins stays open for the
+//! `KPLUG_SOAK_CONNECTIONS` gRPC connections. A watch on the plugins stays open for the
 //! whole run. Every `monitor::SAMPLE_EVERY` the bench reads kplug's memory
 //! and CPU from `/proc` and its counters from `/metrics`.
 //!
@@ -32,7 +32,9 @@
 //!
 //! Knobs (environment): `KPLUG_SOAK_PLUGINS` (10000), `KPLUG_SOAK_DURATION`
 //! (10m), `KPLUG_SOAK_INTERVAL` (unset: kplug's default; else the interval
-//! the plugins ask for, e.g. 5s), `KPLUG_BASELINE` (unset). Results go to
+//! the plugins ask for, e.g. 5s), `KPLUG_SOAK_CONNECTIONS` (4; the fleet's
+//! gRPC connections: 10000 gives each plugin its own, as a real fleet),
+//! `KPLUG_BASELINE` (unset). Results go to
 //! stdout as Markdown (for BENCHMARKS.md), progress to stderr. Run with
 //! `cargo bench -p kplug-apiserver --bench soak`.
 
@@ -57,8 +59,9 @@ use crate::watch::{Watch, WatchCounts};
 
 const COMMAND: &str = "cargo bench -p kplug-apiserver --bench soak";
 pub const PLUGINS_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
-/// gRPC connections the fleet shares (as the load bench's).
-pub const CONNECTIONS: usize = 4;
+/// gRPC connections the fleet shares unless `KPLUG_SOAK_CONNECTIONS` says
+/// otherwise (as the load bench's). A real fleet holds one per instance.
+const DEFAULT_CONNECTIONS: usize = 4;
 /// kplug's `--default-heartbeat-interval`, which the plugins get when they
 /// ask for none.
 const KPLUG_DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
@@ -70,6 +73,7 @@ pub const RSS_GROWTH_BOUND: f64 = 1.2;
 const PLUGINS_VARIABLE: &str = "KPLUG_SOAK_PLUGINS";
 const DURATION_VARIABLE: &str = "KPLUG_SOAK_DURATION";
 const INTERVAL_VARIABLE: &str = "KPLUG_SOAK_INTERVAL";
+const CONNECTIONS_VARIABLE: &str = "KPLUG_SOAK_CONNECTIONS";
 
 /// The run's knobs.
 pub struct Settings {
@@ -77,6 +81,8 @@ pub struct Settings {
     pub duration: Duration,
     /// What the plugins ask for; `None`: kplug's default.
     pub interval: Option<Duration>,
+    /// gRPC connections the fleet shares (plugin `i` uses `i % connections`).
+    pub connections: usize,
     /// The baseline's commit (`KPLUG_BASELINE`), if one runs beside.
     pub baseline: Option<String>,
     /// The knobs that were set, as `NAME=value`, for the command line.
@@ -115,12 +121,20 @@ impl Settings {
             Some(text) => Some(duration(INTERVAL_VARIABLE, &text)?),
             None => None,
         };
+        let connections = match variable(CONNECTIONS_VARIABLE) {
+            Some(text) => text
+                .parse()
+                .with_context(|| format!("{CONNECTIONS_VARIABLE}={text} is not a count"))?,
+            None => DEFAULT_CONNECTIONS,
+        };
+        anyhow::ensure!(connections > 0, "{CONNECTIONS_VARIABLE} must be at least 1");
         let baseline = variable(BASELINE_VARIABLE);
         anyhow::ensure!(plugins > 0, "{PLUGINS_VARIABLE} must be at least 1");
         Ok(Self {
             plugins,
             duration: run,
             interval,
+            connections,
             baseline,
             set,
         })

@@ -9,7 +9,7 @@ use kplug_test_support::report::{mib, ms, thousands, verdict};
 
 use crate::monitor::{SAMPLE_EVERY, Sample, per_heartbeat};
 use crate::watch::WatchCounts;
-use crate::{CONNECTIONS, Outcome, RSS_GROWTH_BOUND, Settings};
+use crate::{Outcome, RSS_GROWTH_BOUND, Settings};
 
 /// kplug marks a plugin not Ready after this many missed intervals (and
 /// expires it after `--ttl-intervals`, 3).
@@ -322,13 +322,14 @@ fn print_introduction(settings: &Settings, current: &Summary, baseline: Option<&
     println!("{heading}\n");
     println!(
         "{plugins} plugins, one instance each, heartbeating at the interval kplug answered with \
-         ({intervals}; {}) ±10 % jitter, over {CONNECTIONS} gRPC connections; their first \
+         ({intervals}; {}) ±10 % jitter, over {} gRPC connections; their first \
          heartbeats spread over one interval. {servers} A watch on the plugins stays open for \
          the whole run; kplug is sampled every {} s. {accepted}\n",
         match settings.interval {
             Some(asked) => format!("the plugins asked for {asked:?}"),
             None => "the plugins asked for none, as the SDK by default".to_owned(),
         },
+        thousands(settings.connections),
         SAMPLE_EVERY.as_secs(),
     );
 }

@@ -58,9 +58,7 @@ pub async fn connect_registry(
     address: SocketAddr,
     channels: usize,
 ) -> Result<Vec<RegistryClient<Channel>>> {
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .context("the gRPC endpoint")?
-        .timeout(REQUEST_TIMEOUT);
+    let endpoint = registry_endpoint(address)?;
     let mut clients = Vec::with_capacity(channels);
     for _ in 0..channels {
         // One Endpoint::connect is one HTTP/2 connection.
@@ -71,4 +69,24 @@ pub async fn connect_registry(
         clients.push(RegistryClient::new(channel));
     }
     Ok(clients)
+}
+
+/// Like [`connect_registry`], but each connection is opened by its first
+/// call, as a plugin opens its connection when it starts and heartbeats at
+/// once: a fleet whose first heartbeats are spread over an interval does
+/// not hold connections idle before its first request.
+pub fn lazy_registry_clients(
+    address: SocketAddr,
+    channels: usize,
+) -> Result<Vec<RegistryClient<Channel>>> {
+    let endpoint = registry_endpoint(address)?;
+    Ok((0..channels)
+        .map(|_| RegistryClient::new(endpoint.connect_lazy()))
+        .collect())
+}
+
+fn registry_endpoint(address: SocketAddr) -> Result<Endpoint> {
+    Ok(Endpoint::from_shared(format!("http://{address}"))
+        .context("the gRPC endpoint")?
+        .timeout(REQUEST_TIMEOUT))
 }
