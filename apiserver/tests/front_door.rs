@@ -253,15 +253,9 @@ fn watches_outlive_the_timeouts_and_idle_connections_do_not() {
     // A watch over HTTP/2 (kubectl) and one over HTTP/1.1 (curl).
     let (_kubectl, kubectl_lines) =
         kplug.kubectl_spawn(&["get", "plugins", "-w", "--output-watch-events"]);
-    let (cert, key) = kplug.admin_credentials();
     let (_curl, curl_lines) = Process::spawn_with_stdout(
-        Command::new("curl")
-            .args(["-sSN", "--http1.1", "--cacert"])
-            .arg(kplug.state.path().join("ca.crt"))
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+        admin_curl(&kplug)
+            .args(["-N", "--http1.1"])
             .arg(format!("{}{PLUGINS}?watch=true", kplug.api))
             .stdin(Stdio::null())
             .stderr(Stdio::inherit()),
@@ -307,6 +301,20 @@ fn watches_outlive_the_timeouts_and_idle_connections_do_not() {
     curl_lines.wait_for(Duration::from_secs(30), "ADDED late (HTTP/1.1)", |l| {
         l.contains(r#""type":"ADDED""#) && l.contains(r#""name":"late""#)
     });
+}
+
+/// curl, silent but for errors, with kplug's CA and admin client certificate.
+fn admin_curl(kplug: &StandaloneKplug) -> Command {
+    let (cert, key) = kplug.admin_credentials();
+    let mut curl = Command::new("curl");
+    curl.arg("-sS")
+        .arg("--cacert")
+        .arg(kplug.state.path().join("ca.crt"))
+        .arg("--cert")
+        .arg(cert)
+        .arg("--key")
+        .arg(key);
+    curl
 }
 
 fn mode(path: &Path) -> u32 {
@@ -426,15 +434,9 @@ fn heartbeat_answers_carry_no_date_and_api_answers_do() {
     );
 
     // The API's answers keep theirs, as HTTP asks of an origin server.
-    let (cert, key) = kplug.admin_credentials();
     let headers = output_text(
-        &Command::new("curl")
-            .args(["-sS", "--http2", "-o", "/dev/null", "-D", "-", "--cacert"])
-            .arg(kplug.state.path().join("ca.crt"))
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+        &admin_curl(&kplug)
+            .args(["--http2", "-o", "/dev/null", "-D", "-"])
             .arg(format!("{}/livez", kplug.api))
             .output()
             .expect("curl runs"),
