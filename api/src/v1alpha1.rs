@@ -46,6 +46,16 @@ impl Plugin {
             .iter()
             .any(|c| c.type_ == CONDITION_READY && c.status == "True")
     }
+
+    /// Every address the plugin is served at: its instances', then the
+    /// spec's (the newest instance's, or the only one before instances).
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.status
+            .instances
+            .iter()
+            .map(|i| i.address.as_str())
+            .chain(std::iter::once(self.spec.address.as_str()))
+    }
 }
 
 /// What the plugin declared about itself.

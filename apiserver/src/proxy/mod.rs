@@ -349,7 +349,7 @@ impl Proxy {
             loop {
                 match feed.recv().await {
                     Ok(event) if event.event_type == EventType::Deleted => {
-                        for address in addresses(&event.object) {
+                        for address in event.object.addresses() {
                             self.forget(address);
                         }
                         self.metrics.forget(event.object.name());
@@ -357,8 +357,8 @@ impl Proxy {
                     // Instances that deregistered, expired or moved.
                     Ok(event) => {
                         if let Some(previous) = &event.previous {
-                            for address in addresses(previous) {
-                                if !addresses(&event.object).any(|a| a == address) {
+                            for address in previous.addresses() {
+                                if !event.object.addresses().any(|a| a == address) {
                                     self.forget(address);
                                 }
                             }
@@ -370,7 +370,7 @@ impl Proxy {
                             .list(None, |_| true)
                             .items
                             .iter()
-                            .flat_map(|i| addresses(&i.object).map(str::to_owned))
+                            .flat_map(|i| i.object.addresses().map(str::to_owned))
                             .collect();
                         self.upstreams
                             .lock()
@@ -385,15 +385,6 @@ impl Proxy {
 
 /// Every address `plugin` is reached at: its instances', and the spec's
 /// (the newest instance's, or the only one of objects without instances).
-fn addresses(plugin: &Plugin) -> impl Iterator<Item = &str> {
-    plugin
-        .status
-        .instances
-        .iter()
-        .map(|i| i.address.as_str())
-        .chain(std::iter::once(plugin.spec.address.as_str()))
-}
-
 fn classify(
     plugin: &str,
     address: &str,

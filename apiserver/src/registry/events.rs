@@ -51,12 +51,9 @@ pub struct Event {
 impl Event {
     /// `previous` as a MODIFIED event keeps it (see [`Event::previous`]).
     pub(super) fn kept_previous(previous: Arc<Plugin>, object: &Plugin) -> Option<Arc<Plugin>> {
-        fn addresses(plugin: &Plugin) -> impl Iterator<Item = &str> {
-            plugin.status.instances.iter().map(|i| i.address.as_str())
-        }
         let declaration_changed = previous.metadata.labels != object.metadata.labels
             || previous.spec != object.spec
-            || !addresses(&previous).eq(addresses(object));
+            || !previous.addresses().eq(object.addresses());
         declaration_changed.then_some(previous)
     }
 }
