@@ -3,11 +3,15 @@
 Reconcile touches ``spec.startedFile`` (if given), sleeps ``spec.sleep``
 seconds, waits until ``spec.releaseFile`` exists (if given, within the call's
 time), touches ``spec.finishedFile`` (if given) and answers with the
-``--greeting`` flag, a flag of its own.
+``--greeting`` flag, a flag of its own. With ``spec.signalThread``, it
+first sends SIGTERM to its own thread, as the kernel may deliver a signal to
+any thread of the process.
 """
 
 import argparse
 import pathlib
+import signal
+import threading
 import time
 
 import kplug
@@ -32,6 +36,8 @@ class Sleepy(kplug.Plugin):
 
     def reconcile(self, request: kplug.Request) -> kplug.Outcome:
         spec = request.spec
+        if spec.get("signalThread"):
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         if "startedFile" in spec:
             pathlib.Path(spec["startedFile"]).touch()
         time.sleep(float(spec.get("sleep", 0)))

@@ -33,7 +33,10 @@ class Process:
             self.popen = subprocess.Popen([sys.executable, str(PLUGIN), *args], stderr=log, env=environ)
 
     def wait(self, timeout: float = 15.0) -> int:
-        return self.popen.wait(timeout)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running after {timeout} s; its log:\n{self.stderr}")
 
     @property
     def stderr(self) -> str:
@@ -141,6 +144,17 @@ def test_sigterm_with_a_kplug_before_instances_deregisters_first_then_drains(spa
         assert plugin.wait() == 0
         assert [h for h in registry.heartbeats if h.request.draining] == []
         assert len(registry.deregistrations) == 1
+
+
+def test_sigterm_delivered_to_another_thread_still_shuts_down(registry: FakeRegistry, spawn: Spawn) -> None:
+    """The kernel hands a process's signal to any thread; the main thread must still notice it."""
+    plugin = spawn("--registry", registry.address, "--listen", "127.0.0.1:0")
+    address = registry.wait_for_heartbeats(1)[0].request.address
+    with PluginClient(address) as client:
+        assert client.reconcile({"spec": {"signalThread": True}}).result("Slept") == kplug.Result("Slept", "hi")
+    assert plugin.wait() == 0, plugin.stderr
+    assert "received SIGTERM" in plugin.stderr
+    assert registry.wait_for_deregistration(timeout=0).name == "sleepy"
 
 
 def test_sigint_and_environment_fallbacks(registry: FakeRegistry, spawn: Spawn) -> None:

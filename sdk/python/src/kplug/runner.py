@@ -19,6 +19,11 @@ from kplug.server import ServeError, serve
 _log = logging.getLogger(__name__)
 
 _SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How often the main thread wakes to run Python's signal handlers. The kernel
+#: may deliver SIGTERM to any thread (a gRPC or handler thread); Python then
+#: only flags it, and a main thread blocked in a wait without a timeout would
+#: never run the handler (cpython#85300; gRPC polls for the same reason).
+_SIGNAL_CHECK_INTERVAL = 0.25
 
 
 def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
@@ -100,7 +105,8 @@ class _ShutdownSignals:
 
     def wait(self) -> str:
         """Blocks until a shutdown signal arrives; returns its name."""
-        self._event.wait()
+        while not self._event.wait(_SIGNAL_CHECK_INTERVAL):
+            pass
         return self._received
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
