@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -40,6 +41,10 @@ RECONCILES = "/apis/plugins.kplug.io/v1alpha1/reconciles"
 OWN_KEYS = ("implementation", "plugin", "selection", "observedGeneration", "conditions")
 FIRST_RETRY, LAST_RETRY = 2.0, 60.0  # seconds: exponential backoff after failures
 WATCH_SECONDS = 300  # the server ends each watch after this; it is then resumed
+# run() wakes at least this often (seconds): Python runs signal handlers on the main thread
+# only, and a SIGTERM the kernel hands to the watch thread would otherwise wait for the next
+# event (cpython#85300).
+SIGNAL_CHECK_INTERVAL = 0.25
 
 
 @dataclass(frozen=True)
@@ -268,9 +273,9 @@ class Operator:
         """Reconciles what the watch reports and what the timers say, until stop()."""
         threading.Thread(target=self._watch, name="watch", daemon=True).start()
         while not self.stopping:
-            due = min(self.timers.values(), default=None)
+            due = min(self.timers.values(), default=math.inf)
             try:
-                item = self.inbox.get(timeout=None if due is None else max(0.0, due - time.monotonic()))
+                item = self.inbox.get(timeout=min(SIGNAL_CHECK_INTERVAL, max(0.0, due - time.monotonic())))
             except queue.Empty:
                 item = None
             if item is not None and not self.stopping:

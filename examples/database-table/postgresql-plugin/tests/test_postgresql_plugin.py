@@ -453,7 +453,10 @@ def test_runs_as_a_process(dsn: str, tmp_path: Path) -> None:
             with PluginClient(address) as client:
                 assert reasons(client.reconcile(database_table(("id", "int64")))) == ["TableCreated"]
             process.send_signal(signal.SIGTERM)
-            assert process.wait(15) == 0
+            try:
+                assert process.wait(15) == 0, log.read_text()
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"still running 15 s after SIGTERM; its log:\n{log.read_text()}")
         finally:
             if process.poll() is None:
                 process.kill()
