@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,52 +16,27 @@ from plugin_calls import DrainingCall, wait_until_refused
 from tls_certs import Ca, make_pki
 
 import kplug
-from kplug.testing import CAPABILITIES_BEFORE_INSTANCES, FakeRegistry, PluginClient
+from kplug.testing import CAPABILITIES_BEFORE_INSTANCES, FakeRegistry, PluginClient, PluginProcess
 
 PLUGIN = Path(__file__).with_name("sleepy_plugin.py")
 
 
-class Process:
-    """The plugin as a child process, its stderr in a file."""
-
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log = tmp_path / "plugin.log"
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
-        environ.update(env or {})
-        with self.log.open("wb") as log:
-            self.popen = subprocess.Popen([sys.executable, str(PLUGIN), *args], stderr=log, env=environ)
-
-    def wait(self, timeout: float = 15.0) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"still running after {timeout} s; its log:\n{self.stderr}")
-
-    @property
-    def stderr(self) -> str:
-        return self.log.read_text()
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait(5)
-
-
-Spawn = Callable[..., Process]
+Spawn = Callable[..., PluginProcess]
 
 
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Spawn]:
     """Starts the plugin with the given arguments (and ``env=``); killed after the test if still running."""
-    processes: list[Process] = []
+    processes: list[PluginProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Process:
-        processes.append(Process(tmp_path, *args, env=env))
+    def start(*args: str, env: dict[str, str] | None = None) -> PluginProcess:
+        log = tmp_path / f"plugin-{len(processes)}.log"
+        processes.append(PluginProcess([str(PLUGIN), *args], log, env))
         return processes[-1]
 
     yield start
     for process in processes:
-        process.kill()
+        process.stop()
 
 
 def wait_for_file(path: Path, what: str, timeout: float = 10.0) -> None:
@@ -110,7 +84,7 @@ def test_sigterm_drains_then_finishes_calls_then_deregisters(
     # kplug picked this instance for a call just before the draining
     # heartbeat: the call arrives while kplug answers it, and is served.
     late = DrainingCall(registry, address, {"spec": {}}, in_flight.finished.exists)
-    plugin.popen.send_signal(signal.SIGTERM)
+    plugin.send_signal(signal.SIGTERM)
 
     draining = registry.wait_for_heartbeat(lambda h: h.request.draining, timeout=5).request
     assert (draining.name, draining.instance, draining.address) == ("sleepy", "sleepy-0", address)
@@ -136,7 +110,7 @@ def test_sigterm_with_a_kplug_before_instances_deregisters_first_then_drains(spa
         address = registry.wait_for_heartbeats(1)[0].request.address
         in_flight = InFlight(address, tmp_path)
 
-        plugin.popen.send_signal(signal.SIGTERM)
+        plugin.send_signal(signal.SIGTERM)
         deregistration = registry.wait_for_deregistration(timeout=5)
         assert (deregistration.name, deregistration.address) == ("sleepy", address)
         assert not in_flight.finished.exists(), "deregistration must come before the drain ends"
@@ -163,7 +137,7 @@ def test_sigint_and_environment_fallbacks(registry: FakeRegistry, spawn: Spawn) 
     )
     heartbeat = registry.wait_for_heartbeats(1)[0].request
     assert heartbeat.name == "sleepy-from-env"
-    plugin.popen.send_signal(signal.SIGINT)
+    plugin.send_signal(signal.SIGINT)
     assert plugin.wait() == 0
     assert registry.wait_for_deregistration(timeout=0).name == "sleepy-from-env"
     assert "received SIGINT" in plugin.stderr
@@ -249,7 +223,7 @@ def test_cluster_mode_from_the_environment(spawn: Spawn, tmp_path: Path) -> None
         while registry.heartbeats[-1].token != "token-a":
             assert time.monotonic() < deadline, "the token file was not reread"
             time.sleep(0.05)
-        plugin.popen.send_signal(signal.SIGTERM)
+        plugin.send_signal(signal.SIGTERM)
         assert plugin.wait() == 0
         assert registry.deregistration_tokens == ["token-a"]
     assert "cannot use the ServiceAccount token file" in plugin.stderr
@@ -295,7 +269,7 @@ def test_mutual_tls_and_the_instance_from_the_environment(registry: FakeRegistry
         with pytest.raises(grpc.RpcError) as refused_without_certificate:
             client.reconcile({"spec": {}}, timeout=5)
         assert refused_without_certificate.value.code() == grpc.StatusCode.UNAVAILABLE
-    plugin.popen.send_signal(signal.SIGTERM)
+    plugin.send_signal(signal.SIGTERM)
     assert plugin.wait() == 0
     assert registry.wait_for_deregistration(timeout=0).instance == "sleepy-7f9c-x2x9q"
     assert "TLS, client certificates of" in plugin.stderr

@@ -18,7 +18,7 @@ from typing import Any
 import kplug
 import psycopg
 import pytest
-from kplug.testing import FakeRegistry, PluginClient
+from kplug.testing import FakeRegistry, PluginClient, PluginProcess
 
 from postgresql_plugin import PostgreSqlPlugin
 
@@ -439,28 +439,16 @@ def test_statements_are_bounded_by_the_callers_deadline(client: PluginClient, db
 
 
 def test_runs_as_a_process(dsn: str, tmp_path: Path) -> None:
-    log = tmp_path / "plugin.log"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
-    environ["POSTGRES_DSN"] = dsn
-    with FakeRegistry() as registry, log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "postgresql_plugin", "--registry", registry.address, "--listen", "127.0.0.1:0"],
-            stderr=stderr,
-            env=environ,
-        )
-        try:
-            address = registry.wait_for_heartbeats(1)[0].request.address
-            with PluginClient(address) as client:
-                assert reasons(client.reconcile(database_table(("id", "int64")))) == ["TableCreated"]
-            process.send_signal(signal.SIGTERM)
-            try:
-                assert process.wait(15) == 0, log.read_text()
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"still running 15 s after SIGTERM; its log:\n{log.read_text()}")
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(5)
+    with FakeRegistry() as registry, PluginProcess(
+        ["-m", "postgresql_plugin", "--registry", registry.address, "--listen", "127.0.0.1:0"],
+        tmp_path / "plugin.log",
+        env={"POSTGRES_DSN": dsn},
+    ) as process:
+        address = registry.wait_for_heartbeats(1)[0].request.address
+        with PluginClient(address) as client:
+            assert reasons(client.reconcile(database_table(("id", "int64")))) == ["TableCreated"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait() == 0, process.stderr
     assert registry.deregistrations
 
 

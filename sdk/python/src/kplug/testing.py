@@ -18,17 +18,24 @@ ServiceAccount token (``tokens=``); :attr:`FakeRegistry.url` is then the
 ``https://`` address to pass as the registry. It announces the capabilities of
 a current kplug, ``Instances`` included; ``capabilities=`` makes it an older one.
 :class:`PluginClient` calls a plugin served with TLS when given the CA to
-trust (and a client certificate for mutual TLS).
+trust (and a client certificate for mutual TLS). :class:`PluginProcess` runs
+a plugin as a child process, e.g. to test its shutdown on SIGTERM.
 """
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -408,3 +415,65 @@ def request(
     if timeout is not None:
         message.timeout.CopyFrom(seconds_duration(timeout))
     return message
+
+
+class PluginProcess:
+    """A plugin run as a child process with this interpreter, its stderr in ``log``.
+
+    ``args`` follow ``python``: a script and its flags, or ``-m``, a module
+    and its flags. The ``KPLUG_`` variables of the test's own environment are
+    left out; ``env`` adds variables. When :meth:`wait` runs out of time or
+    :meth:`stop` finds the process running, the tracebacks of all its
+    threads are written to the log (:mod:`faulthandler`, on SIGABRT) before
+    it is killed, so a hang explains itself.
+    """
+
+    def __init__(self, args: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+        self.log = log
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
+        environ.update(env or {})
+        environ["PYTHONFAULTHANDLER"] = "1"
+        with log.open("wb") as stderr:
+            self.popen = subprocess.Popen([sys.executable, *args], stderr=stderr, env=environ)
+
+    @property
+    def stderr(self) -> str:
+        """What the process logged so far."""
+        return self.log.read_text()
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        """Its exit status; raises :class:`TimeoutError`, with its log and tracebacks, if it runs past ``timeout``."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise TimeoutError(f"still running after {timeout} s; its log:\n{self.stderr}") from None
+
+    def stop(self) -> None:
+        """Ends the process if it is still running, its threads' tracebacks logged first."""
+        if self.popen.poll() is not None:
+            return
+        try:
+            resource.prlimit(self.popen.pid, resource.RLIMIT_CORE, (0, 0))  # the tracebacks, not a core file
+            self.popen.send_signal(signal.SIGABRT)
+        except ProcessLookupError:
+            return  # it just ended
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+    def __enter__(self) -> PluginProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
