@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import kplug
-from kplug.testing import FakeRegistry, PluginClient
+from kplug.testing import FakeRegistry, PluginClient, PluginProcess
 
 HELLO = Path(__file__).resolve().parent.parent / "hello.py"
 WORLD = {"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "world", "namespace": "default"}}
@@ -58,68 +57,43 @@ def test_reports_the_trace_id_it_was_called_with_when_asked() -> None:
 
 
 def test_runs_registers_and_stops_on_sigterm(tmp_path: Path) -> None:
-    log = tmp_path / "hello.log"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
-    with FakeRegistry() as registry, log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, str(HELLO), "--registry", registry.address, "--listen", "127.0.0.1:0", "--report-trace-id"],
-            stderr=stderr,
-            env=environ,
+    with FakeRegistry() as registry, PluginProcess(
+        [str(HELLO), "--registry", registry.address, "--listen", "127.0.0.1:0", "--report-trace-id"],
+        tmp_path / "hello.log",
+    ) as process:
+        heartbeat = registry.wait_for_heartbeats(1).pop().request
+        assert (heartbeat.name, heartbeat.implementation, heartbeat.version) == ("hello-python", "Hello", "0.1.0")
+        assert (heartbeat.api.group, heartbeat.api.resource, heartbeat.api.version) == (
+            "example.com",
+            "greetings",
+            "v1",
         )
-        try:
-            heartbeat = registry.wait_for_heartbeats(1).pop().request
-            assert (heartbeat.name, heartbeat.implementation, heartbeat.version) == ("hello-python", "Hello", "0.1.0")
-            assert (heartbeat.api.group, heartbeat.api.resource, heartbeat.api.version) == (
-                "example.com",
-                "greetings",
-                "v1",
-            )
-            with PluginClient(heartbeat.address) as client:
-                assert client.reconcile(WORLD).object_status == {"greeting": "hello, world"}
-                traced = client.reconcile(WORLD, operation_id="op-traced", traceparent=TRACEPARENT)
-                assert traced.object_status == {"greeting": "hello, world", "traceID": TRACE_ID}
-            # Its line for the call, written before the answer, carries the ids.
-            greetings = [line for line in log.read_text().splitlines() if line.endswith(": greeting world")]
-            assert any(f"operation_id=op-traced trace_id={TRACE_ID}:" in line for line in greetings), greetings
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(15) == 0
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(5)
+        with PluginClient(heartbeat.address) as client:
+            assert client.reconcile(WORLD).object_status == {"greeting": "hello, world"}
+            traced = client.reconcile(WORLD, operation_id="op-traced", traceparent=TRACEPARENT)
+            assert traced.object_status == {"greeting": "hello, world", "traceID": TRACE_ID}
+        # Its line for the call, written before the answer, carries the ids.
+        greetings = [line for line in process.stderr.splitlines() if line.endswith(": greeting world")]
+        assert any(f"operation_id=op-traced trace_id={TRACE_ID}:" in line for line in greetings), greetings
+        process.send_signal(signal.SIGTERM)
+        assert process.wait() == 0, process.stderr
         assert registry.wait_for_deregistration(timeout=0).address == heartbeat.address
-    assert "received SIGTERM" in log.read_text()
+        assert "received SIGTERM" in process.stderr
 
 
 def test_api_and_implementation_come_from_its_flags_or_environment(tmp_path: Path) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
-    environ["KPLUG_IMPLEMENTATION"] = "FromEnvironment"
-    with FakeRegistry() as registry, (tmp_path / "hello.log").open("wb") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                str(HELLO),
-                "--registry",
-                registry.address,
-                "--listen",
-                "127.0.0.1:0",
-                "--api",
-                "widgets.test.kplug.io/v2",
-            ],
-            stderr=stderr,
-            env=environ,
+    with FakeRegistry() as registry, PluginProcess(
+        [str(HELLO), "--registry", registry.address, "--listen", "127.0.0.1:0", "--api", "widgets.test.kplug.io/v2"],
+        tmp_path / "hello.log",
+        env={"KPLUG_IMPLEMENTATION": "FromEnvironment"},
+    ):
+        heartbeat = registry.wait_for_heartbeats(1).pop().request
+        assert heartbeat.implementation == "FromEnvironment"
+        assert (heartbeat.api.group, heartbeat.api.resource, heartbeat.api.version) == (
+            "test.kplug.io",
+            "widgets",
+            "v2",
         )
-        try:
-            heartbeat = registry.wait_for_heartbeats(1).pop().request
-            assert heartbeat.implementation == "FromEnvironment"
-            assert (heartbeat.api.group, heartbeat.api.resource, heartbeat.api.version) == (
-                "test.kplug.io",
-                "widgets",
-                "v2",
-            )
-        finally:
-            process.terminate()
-            process.wait(15)
 
 
 def test_exposes_the_sdks_instance_and_tls_flags() -> None:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 
 import kplug
 from kplug.logcontext import LOG_FORMAT, call_context, current_call
-from kplug.testing import FakeRegistry, PluginClient, request
+from kplug.testing import FakeRegistry, PluginClient, PluginProcess, request
 from kplug.trace import INVALID_VERSION, MALFORMED, ZERO_ID, TraceParent, TraceParentError, parse_traceparent
 
 Serve = Callable[..., kplug.Server]
@@ -244,21 +241,14 @@ PLUGIN = Path(__file__).with_name("sleepy_plugin.py")
 
 def test_run_logs_the_ids_with_every_line_of_a_call(registry: FakeRegistry, tmp_path: Path) -> None:
     assert "%(operation_id)s" in LOG_FORMAT and "%(trace_id)s" in LOG_FORMAT
-    log = tmp_path / "plugin.log"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")}
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, str(PLUGIN), "--registry", registry.address, "--listen", "127.0.0.1:0"],
-            stderr=stderr,
-            env=environ,
-        )
-    try:
+    args = [str(PLUGIN), "--registry", registry.address, "--listen", "127.0.0.1:0"]
+    with PluginProcess(args, tmp_path / "plugin.log") as process:
         address = registry.wait_for_heartbeats(1)[0].request.address
         with PluginClient(address) as client:
             assert client.reconcile(THING, operation_id="op-run-traced", traceparent=EXAMPLE).succeeded
             assert client.reconcile(THING, operation_id="op-run-untraced").succeeded
         # The lines are written before the answers are sent.
-        lines = log.read_text().splitlines()
+        lines = process.stderr.splitlines()
         traced = [line for line in lines if "operation_id=op-run-traced " in line]
         untraced = [line for line in lines if "operation_id=op-run-untraced " in line]
         assert any("succeeded" in line for line in traced), lines
@@ -268,8 +258,4 @@ def test_run_logs_the_ids_with_every_line_of_a_call(registry: FakeRegistry, tmp_
         # Lines outside calls show neither id.
         assert any("operation_id=- trace_id=-:" in line for line in lines), lines
         process.send_signal(signal.SIGTERM)
-        assert process.wait(15) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
+        assert process.wait() == 0, process.stderr
