@@ -14,14 +14,79 @@
 //!
 //! Within a set, the highest version wins, then the smallest name.
 //!
-//! The functions take anything that borrows a [`Plugin`] (`&Plugin`,
-//! `Arc<Plugin>`, `Plugin`), so the registry keeps its shared objects and a
-//! client its decoded list.
+//! Rules 2 to 4 take any [`Candidate`]: a client its decoded Plugins, the
+//! registry its live records, which it does not keep as typed objects.
+//! Rule 1 takes anything that borrows a [`Plugin`], for its Ready
+//! condition's message.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
-use crate::v1alpha1::{ApiSelector, CONDITION_READY, Plugin, Selection, SelectionReason};
+use crate::v1alpha1::{
+    ApiSelector, CONDITION_READY, Plugin, PluginApi, Selection, SelectionReason,
+};
+
+/// What the rule reads of a plugin.
+pub trait Candidate {
+    fn name(&self) -> &str;
+    /// The plugin's Ready condition is True.
+    fn is_ready(&self) -> bool;
+    fn api(&self) -> &PluginApi;
+    fn implementation(&self) -> &str;
+    fn version(&self) -> &str;
+}
+
+impl Candidate for Plugin {
+    fn name(&self) -> &str {
+        Plugin::name(self)
+    }
+
+    fn is_ready(&self) -> bool {
+        Plugin::is_ready(self)
+    }
+
+    fn api(&self) -> &PluginApi {
+        &self.spec.api
+    }
+
+    fn implementation(&self) -> &str {
+        &self.spec.implementation
+    }
+
+    fn version(&self) -> &str {
+        &self.spec.version
+    }
+}
+
+/// Forwards to the candidate behind a reference or an `Arc`.
+macro_rules! forward_candidate {
+    ($($wrapper:ty),*) => {$(
+        impl<T: Candidate + ?Sized> Candidate for $wrapper {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+
+            fn is_ready(&self) -> bool {
+                (**self).is_ready()
+            }
+
+            fn api(&self) -> &PluginApi {
+                (**self).api()
+            }
+
+            fn implementation(&self) -> &str {
+                (**self).implementation()
+            }
+
+            fn version(&self) -> &str {
+                (**self).version()
+            }
+        }
+    )*};
+}
+
+forward_candidate!(&T, Arc<T>);
 
 /// Why no plugin could be chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,15 +171,13 @@ pub fn compare_versions(a: &str, b: &str) -> Ordering {
 }
 
 /// The order within a set: highest version first, then smallest name.
-pub fn preference_order(a: &Plugin, b: &Plugin) -> Ordering {
-    compare_versions(&b.spec.version, &a.spec.version).then_with(|| a.name().cmp(b.name()))
+pub fn preference_order(a: &impl Candidate, b: &impl Candidate) -> Ordering {
+    compare_versions(b.version(), a.version()).then_with(|| a.name().cmp(b.name()))
 }
 
 /// The first of `candidates` in [`preference_order`].
-pub fn best<P: Borrow<Plugin>>(candidates: impl IntoIterator<Item = P>) -> Option<P> {
-    candidates
-        .into_iter()
-        .min_by(|a, b| preference_order(a.borrow(), b.borrow()))
+pub fn best<P: Candidate>(candidates: impl IntoIterator<Item = P>) -> Option<P> {
+    candidates.into_iter().min_by(preference_order)
 }
 
 /// Why a plugin is not Ready, from its Ready condition.
@@ -160,22 +223,16 @@ pub fn pinned<P: Borrow<Plugin>>(
 
 /// Rules 2 to 4 among `plugins`: only the Ready ones serving `api` count,
 /// so the caller may pass every plugin it knows.
-pub fn choose<P: Borrow<Plugin>>(
+pub fn choose<P: Candidate>(
     plugins: impl IntoIterator<Item = P>,
     api: &ApiSelector,
     implementation: Implementation<'_>,
 ) -> Result<(P, Selection), SelectError> {
     let mut ready: Vec<P> = plugins
         .into_iter()
-        .filter(|p| p.borrow().is_ready() && api.matches(&p.borrow().spec.api))
+        .filter(|p| p.is_ready() && api.matches(p.api()))
         .collect();
-    let implements = |plugin: &P, name: &str| {
-        plugin
-            .borrow()
-            .spec
-            .implementation
-            .eq_ignore_ascii_case(name)
-    };
+    let implements = |plugin: &P, name: &str| plugin.implementation().eq_ignore_ascii_case(name);
     let preference =
         match implementation {
             Implementation::Required(required) => {
@@ -188,7 +245,7 @@ pub fn choose<P: Borrow<Plugin>>(
                     reason: SelectionReason::RequiredImplementation,
                     message: format!(
                         "{} is the required implementation and has a Ready plugin",
-                        plugin.borrow().spec.implementation
+                        plugin.implementation()
                     ),
                 };
                 return Ok((plugin, selection));
@@ -201,7 +258,7 @@ pub fn choose<P: Borrow<Plugin>>(
                         reason: SelectionReason::PreferredImplementation,
                         message: format!(
                             "{} is the preferred implementation and has a Ready plugin",
-                            plugin.borrow().spec.implementation
+                            plugin.implementation()
                         ),
                     };
                     return Ok((plugin, selection));
@@ -217,8 +274,8 @@ pub fn choose<P: Borrow<Plugin>>(
         reason: SelectionReason::Fallback,
         message: format!(
             "{preference}chose {} ({}) by highest version, then name",
-            plugin.borrow().name(),
-            plugin.borrow().spec.implementation
+            plugin.name(),
+            plugin.implementation()
         ),
     };
     Ok((plugin, selection))
@@ -226,14 +283,14 @@ pub fn choose<P: Borrow<Plugin>>(
 
 /// The whole rule over a list of plugins: what a client holding `kubectl
 /// get plugins` computes for a request with these fields.
-pub fn select<P: Borrow<Plugin>>(
+pub fn select<P: Borrow<Plugin> + Candidate>(
     plugins: impl IntoIterator<Item = P>,
     api: Option<&ApiSelector>,
     implementation: Implementation<'_>,
     pinned_name: Option<&str>,
 ) -> Result<(P, Selection), SelectError> {
     if let Some(name) = pinned_name {
-        let found = plugins.into_iter().find(|p| p.borrow().name() == name);
+        let found = plugins.into_iter().find(|p| Candidate::name(p) == name);
         return pinned(name, found, api);
     }
     let api = api.ok_or_else(|| SelectError::NoneReady("an unspecified API".to_owned()))?;

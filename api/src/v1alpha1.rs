@@ -185,11 +185,14 @@ pub mod labels {
 }
 
 /// Labels declared by a plugin plus kplug's own.
-pub fn object_labels(
-    declared: &BTreeMap<String, String>,
+pub fn object_labels<'a>(
+    declared: impl IntoIterator<Item = (&'a str, &'a str)>,
     spec: &PluginSpec,
 ) -> BTreeMap<String, String> {
-    let mut all = declared.clone();
+    let mut all: BTreeMap<String, String> = declared
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect();
     all.insert(labels::API.to_owned(), spec.api.qualified_resource());
     all.insert(
         labels::IMPLEMENTATION.to_owned(),

@@ -92,7 +92,6 @@ mod tests {
     //! The assembled bytes against what serde writes for the same list, as
     //! the server wrote it before lists were assembled from cached bytes.
 
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     use jiff::{SignedDuration, Timestamp};
@@ -104,7 +103,7 @@ mod tests {
     use crate::api::response::{CHUNK_BYTES, written_response};
     use crate::api::table::{COLUMNS, ColumnDefinition};
     use crate::api::table::{IncludeObject, human_duration};
-    use crate::registry::{Declaration, Registry, RegistryConfig};
+    use crate::registry::{Declaration, Encoded, Registry, RegistryConfig};
     use crate::v1alpha1::{PluginApi, Protocol};
 
     #[derive(Serialize)]
@@ -201,7 +200,9 @@ mod tests {
                     version: String::new(),
                     kind: "Backup".to_owned(),
                 }],
-                labels: BTreeMap::from([("team".to_owned(), format!("team-{}", i % 3))]),
+                labels: [("team".to_owned(), format!("team-{}", i % 3))]
+                    .into_iter()
+                    .collect(),
                 interval: Duration::from_secs(10),
                 protocol: Protocol {
                     version: "v1alpha1".to_owned(),
@@ -227,14 +228,14 @@ mod tests {
         }
     }
 
-    fn rows(items: &[crate::registry::Listed]) -> Vec<Row> {
-        items
+    /// Every plugin's row, and its typed object as the registry reads it back.
+    fn rows(registry: &Registry, filter: impl Fn(&Encoded) -> bool) -> (Vec<Row>, Vec<Plugin>) {
+        let rows = registry.page(None, usize::MAX, filter).rows;
+        let objects = rows
             .iter()
-            .map(|i| Row {
-                encoded: i.encoded.clone(),
-                last_seen: i.last_seen,
-            })
-            .collect()
+            .map(|row| row.encoded.object().expect("reads back"))
+            .collect();
+        (rows, objects)
     }
 
     fn drain(mut writer: ListWriter) -> Vec<u8> {
@@ -248,16 +249,15 @@ mod tests {
         for count in [0, 1, 5] {
             for paged in [false, true] {
                 let registry = registry(count);
-                let items = registry.list(None, |_| true).items;
+                let (rows, objects) = rows(&registry, |_| true);
                 let expected = serde_json::to_vec(&PluginList {
                     api_version: API_VERSION,
                     kind: Plugin::LIST_KIND,
                     metadata: metadata(paged),
-                    items: items.iter().map(|i| &*i.object).collect(),
+                    items: objects.iter().collect(),
                 })
                 .expect("json");
-                let written =
-                    drain(ListWriter::json(&metadata(paged), rows(&items)).expect("head"));
+                let written = drain(ListWriter::json(&metadata(paged), rows).expect("head"));
                 assert_eq!(
                     String::from_utf8_lossy(&written),
                     String::from_utf8_lossy(&expected),
@@ -279,21 +279,22 @@ mod tests {
             for include in includes {
                 for count in [0, 1, 5] {
                     let registry = registry(count);
-                    let items = registry.list(None, |_| true).items;
-                    let expected_rows = items
+                    let (rows, objects) = rows(&registry, |_| true);
+                    let expected_rows = rows
                         .iter()
-                        .map(|item| RefRow {
-                            cells: cells(&item.object, item.last_seen, now),
+                        .zip(&objects)
+                        .map(|(row, object)| RefRow {
+                            cells: cells(object, row.last_seen, now),
                             object: match include {
                                 IncludeObject::None => None,
                                 IncludeObject::Metadata => {
                                     Some(RowObject::Metadata(PartialObjectMetadata {
                                         kind: "PartialObjectMetadata",
                                         api_version: version.api_version(),
-                                        metadata: &item.object.metadata,
+                                        metadata: &object.metadata,
                                     }))
                                 }
-                                IncludeObject::Object => Some(RowObject::Object(&item.object)),
+                                IncludeObject::Object => Some(RowObject::Object(object)),
                             },
                         })
                         .collect();
@@ -306,16 +307,15 @@ mod tests {
                     })
                     .expect("json");
                     let writer = TableWriter::new(version, include, now);
-                    if let [item] = &items[..] {
+                    if let [row] = &rows[..] {
                         let mut single = Vec::new();
                         writer
-                            .single(&mut single, &metadata(false), &item.encoded, item.last_seen)
+                            .single(&mut single, &metadata(false), &row.encoded, row.last_seen)
                             .expect("single");
                         assert_eq!(single, expected, "{version:?} {include:?} single");
                     }
                     let written = drain(
-                        ListWriter::table(writer, &metadata(count == 5), rows(&items))
-                            .expect("head"),
+                        ListWriter::table(writer, &metadata(count == 5), rows).expect("head"),
                     );
                     assert_eq!(
                         String::from_utf8_lossy(&written),
@@ -333,12 +333,11 @@ mod tests {
         use http_body_util::BodyExt as _;
 
         let registry = registry(400);
-        let items = registry.list(None, |_| true).items;
-        let whole = drain(ListWriter::json(&metadata(false), rows(&items)).expect("head"));
+        let all = || registry.page(None, usize::MAX, |_| true).rows;
+        let whole = drain(ListWriter::json(&metadata(false), all()).expect("head"));
         assert!(whole.len() > 3 * CHUNK_BYTES, "{} bytes", whole.len());
-        let items = registry.list(None, |_| true).items;
         let response = written_response(
-            ListWriter::json(&metadata(false), rows(&items)).expect("head"),
+            ListWriter::json(&metadata(false), all()).expect("head"),
             "application/json",
         );
         let mut body = response.into_body();
@@ -355,9 +354,11 @@ mod tests {
         );
         assert_eq!(pieces.concat(), whole);
 
-        let small = registry.list(None, |p| p.name() == "plugin-0001").items;
+        let (small, _) = rows(&registry, |e| {
+            e.object_meta().and_then(|m| m.name).as_deref() == Some("plugin-0001")
+        });
         let response = written_response(
-            ListWriter::json(&metadata(false), rows(&small)).expect("head"),
+            ListWriter::json(&metadata(false), small).expect("head"),
             "application/json",
         );
         assert!(

@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::selector::{FieldSelector, LabelSelector, SelectorError};
 use super::status::ApiError;
 use super::table::IncludeObject;
-use crate::registry::{Registry, RequestedVersion};
-use crate::v1alpha1::Plugin;
+use crate::registry::{Encoded, Registry, RequestedVersion};
 
 /// Query parameters of list and watch, as sent on the wire.
 #[derive(Debug, Default, Deserialize)]
@@ -53,19 +52,20 @@ pub struct ListOptions {
 }
 
 impl ListOptions {
-    /// True when `plugin` passes both selectors.
-    pub fn selects(&self, plugin: &Plugin) -> bool {
+    /// True when the stored version passes both selectors. Its metadata is
+    /// read back from the JSON only when there is a selector to apply.
+    pub fn selects(&self, encoded: &Encoded) -> bool {
         if self.field_selector.is_empty() && self.label_selector.is_empty() {
             return true;
         }
-        self.field_selector.matches_name(plugin.name())
-            && self.label_selector.matches(
-                plugin
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .unwrap_or(&Default::default()),
-            )
+        let Some(metadata) = encoded.object_meta() else {
+            return false;
+        };
+        self.field_selector
+            .matches_name(metadata.name.as_deref().unwrap_or_default())
+            && self
+                .label_selector
+                .matches(metadata.labels.as_ref().unwrap_or(&Default::default()))
     }
 }
 

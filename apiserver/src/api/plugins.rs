@@ -76,20 +76,20 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     let options = query_options(query)?;
     let repr = representation(&headers)?;
-    let listed = state
+    let row = state
         .registry
-        .get_listed(&name)
+        .get_row(&name)
         .ok_or_else(|| ApiError::plugin_not_found(&name))?;
     let body = match repr {
-        Representation::Json => Bytes::copy_from_slice(listed.encoded.json()),
+        Representation::Json => Bytes::copy_from_slice(row.encoded.json()),
         Representation::Table(version) => {
             let metadata = ListMeta {
-                resource_version: listed.object.metadata.resource_version.clone(),
+                resource_version: Some(state.registry.version(row.encoded.resource_version())),
                 ..ListMeta::default()
             };
-            let mut out = Vec::with_capacity(listed.encoded.json().len() + 2048);
+            let mut out = Vec::with_capacity(row.encoded.json().len() + 2048);
             TableWriter::new(version, options.include_object, Timestamp::now())
-                .single(&mut out, &metadata, &listed.encoded, listed.last_seen)
+                .single(&mut out, &metadata, &row.encoded, row.last_seen)
                 .map_err(encoding_error)?;
             Bytes::from(out)
         }
@@ -128,19 +128,22 @@ pub async fn delete(
         })
         .unwrap_or_default();
     if dry_run {
-        let listed = state
+        let row = state
             .registry
-            .get_listed(&name)
+            .get_row(&name)
             .ok_or_else(|| ApiError::plugin_not_found(&name))?;
         return Ok(bytes_response(
-            Bytes::copy_from_slice(listed.encoded.json()),
+            Bytes::copy_from_slice(row.encoded.json()),
             "application/json",
         ));
     }
     match state.registry.delete(&name, &preconditions) {
-        Ok(plugin) => {
+        Ok(deleted) => {
             tracing::info!(plugin = %name, "plugin registration deleted through the API");
-            Ok(json_response(&*plugin, "application/json"))
+            Ok(bytes_response(
+                Bytes::copy_from_slice(deleted.json()),
+                "application/json",
+            ))
         }
         Err(DeleteError::NotFound(_)) => Err(ApiError::plugin_not_found(&name)),
         Err(DeleteError::Conflict(message)) => Err(ApiError::Conflict(message)),

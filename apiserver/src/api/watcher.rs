@@ -55,9 +55,10 @@ impl Encoder {
         Bytes::from(bytes)
     }
 
-    /// `{"type":...,"object":...}` around the object's cached bytes, as a
-    /// Table of one row when the watch asked for tables.
-    fn object(&self, type_: &'static str, plugin: &Plugin, encoded: &Encoded) -> Bytes {
+    /// `{"type":...,"object":...}` around the cached bytes of the version
+    /// stored at `resource_version`, as a Table of one row when the watch
+    /// asked for tables.
+    fn object(&self, type_: &'static str, resource_version: u64, encoded: &Encoded) -> Bytes {
         let mut out = Vec::with_capacity(encoded.json().len() + 64);
         out.extend_from_slice(br#"{"type":""#);
         out.extend_from_slice(type_.as_bytes());
@@ -65,13 +66,15 @@ impl Encoder {
         match self.repr {
             Representation::Json => out.extend_from_slice(encoded.json()),
             Representation::Table(version) => {
-                let last_seen = self
-                    .state
-                    .registry
-                    .last_seen(plugin.name())
-                    .unwrap_or(plugin.status.last_heartbeat_time.0);
+                let registry = &self.state.registry;
+                // The instances' latest heartbeat while the plugin lives,
+                // the version's own once it is gone.
+                let last_seen = encoded
+                    .object_meta()
+                    .and_then(|metadata| registry.last_seen(metadata.name.as_deref()?))
+                    .unwrap_or(encoded.last_heartbeat());
                 let metadata = ListMeta {
-                    resource_version: plugin.metadata.resource_version.clone(),
+                    resource_version: Some(registry.version(resource_version)),
                     ..ListMeta::default()
                 };
                 let table =
@@ -106,7 +109,7 @@ impl Encoder {
     /// The event as this watch's selectors see it: a change that moves an
     /// object into or out of the selection is an ADDED or DELETED.
     fn event(&self, event: &Event) -> Option<Bytes> {
-        let now = self.options.selects(&event.object);
+        let now = self.options.selects(&event.encoded);
         // A MODIFIED event without the previous object changed only the
         // status, which no selector looks at.
         let before = event
@@ -121,7 +124,7 @@ impl Encoder {
             (other, _, true) => other,
             (_, _, false) => return None,
         };
-        Some(self.object(type_.as_str(), &event.object, &event.encoded))
+        Some(self.object(type_.as_str(), event.resource_version, &event.encoded))
     }
 }
 

@@ -1,7 +1,6 @@
 //! Turns a heartbeat from the wire into a [`Declaration`], or says precisely
 //! what is wrong with it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::{HeartbeatRequest, PROTOCOL_VERSION};
@@ -272,7 +271,7 @@ pub fn declaration(
                 kind: e.kind,
             })
             .collect(),
-        labels: request.labels.into_iter().collect::<BTreeMap<_, _>>(),
+        labels: request.labels.into_iter().collect(),
         interval: registry.effective_interval(requested),
         protocol: Protocol {
             version: PROTOCOL_VERSION.to_owned(),

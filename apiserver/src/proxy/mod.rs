@@ -349,28 +349,34 @@ impl Proxy {
             loop {
                 match feed.recv().await {
                     Ok(event) if event.event_type == EventType::Deleted => {
-                        for address in event.object.addresses() {
-                            self.forget(address);
+                        if let Some(gone) = event.encoded.object() {
+                            for address in gone.addresses() {
+                                self.forget(address);
+                            }
+                            self.metrics.forget(gone.name());
                         }
-                        self.metrics.forget(event.object.name());
                     }
                     // Instances that deregistered, expired or moved.
                     Ok(event) => {
-                        if let Some(previous) = &event.previous {
-                            for address in previous.addresses() {
-                                if !event.object.addresses().any(|a| a == address) {
-                                    self.forget(address);
-                                }
+                        let Some(previous) = event.previous.as_ref().and_then(|p| p.object())
+                        else {
+                            continue;
+                        };
+                        let Some(current) = event.encoded.object() else {
+                            continue;
+                        };
+                        for address in previous.addresses() {
+                            if !current.addresses().any(|a| a == address) {
+                                self.forget(address);
                             }
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Missed departures: keep only channels of live instances.
                         let live: HashSet<String> = registry
-                            .list(None, |_| true)
-                            .items
+                            .objects()
                             .iter()
-                            .flat_map(|i| i.object.addresses().map(str::to_owned))
+                            .flat_map(|p| p.addresses().map(str::to_owned))
                             .collect();
                         self.upstreams
                             .lock()
@@ -383,8 +389,7 @@ impl Proxy {
     }
 }
 
-/// Every address `plugin` is reached at: its instances', and the spec's
-/// (the newest instance's, or the only one of objects without instances).
+/// The error a failed call to `plugin` at `address` is reported as.
 fn classify(
     plugin: &str,
     address: &str,

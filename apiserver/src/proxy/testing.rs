@@ -1,7 +1,6 @@
 //! What the proxy's tests share: plugins declared by hand, and a test
 //! plugin served in process on loopback, with or without TLS.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,7 +12,7 @@ use tokio::sync::{Notify, mpsc};
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
-use crate::registry::Declaration;
+use crate::registry::{Declaration, Labels};
 use crate::v1alpha1::{PluginApi, Protocol};
 
 /// `instance` of the plugin `name` at `address` (no server name, a
@@ -33,7 +32,7 @@ pub(super) fn declaration(name: &str, instance: &str, address: &str) -> Declarat
         address: address.to_owned(),
         server_name: String::new(),
         extensions: Vec::new(),
-        labels: BTreeMap::new(),
+        labels: Labels::default(),
         interval: Duration::from_secs(60),
         protocol: Protocol::default(),
         registered_by: None,

@@ -1,16 +1,24 @@
 //! The wire forms of one stored object version, made once when the registry
 //! stores it: lists, tables and watches then copy these bytes instead of
 //! serializing every object for every request.
+//!
+//! They are also the only form the registry keeps: the typed object is
+//! parsed back from the JSON when a request needs it (a pinned selection,
+//! a selector, a departed plugin's addresses). At 10,000 plugins the typed
+//! objects and their strings were 2 KB a plugin beside 1.3 KB of JSON.
 
 use std::ops::Range;
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::v1alpha1::{CONDITION_READY, Plugin};
 
 /// A plugin version as JSON, with the parts of it that responses reuse.
 #[derive(Debug)]
 pub struct Encoded {
+    /// The registry's counter this version was stored at.
+    resource_version: u64,
     /// The object exactly as `serde_json::to_vec` writes it.
     json: Box<[u8]>,
     /// Where the object's `metadata` value is in `json`.
@@ -24,10 +32,14 @@ pub struct Encoded {
     split: usize,
     /// `metadata.creationTimestamp`, for the Age cell.
     created: Timestamp,
+    /// `status.lastHeartbeatTime`, for the Last Heartbeat cell of a plugin
+    /// that is gone.
+    last_heartbeat: Timestamp,
 }
 
 impl Encoded {
-    pub fn new(plugin: &Plugin) -> Self {
+    /// `plugin` as stored at `resource_version`.
+    pub fn new(plugin: &Plugin, resource_version: u64) -> Self {
         // The object is written field by field, as its derived `Serialize`
         // writes it (the tests compare the two), so that the range of
         // `metadata` is known without a second serialization.
@@ -68,6 +80,7 @@ impl Encoded {
         let split = cells.len();
         write_json(&mut cells, &spec.address);
         Self {
+            resource_version,
             json: json.into_boxed_slice(),
             metadata,
             cells: cells.into_boxed_slice(),
@@ -77,7 +90,24 @@ impl Encoded {
                 .creation_timestamp
                 .as_ref()
                 .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+            last_heartbeat: plugin.status.last_heartbeat_time.0,
         }
+    }
+
+    /// The typed object, parsed from the JSON.
+    pub fn object(&self) -> Option<Plugin> {
+        read_back(&self.json, "object")
+    }
+
+    /// The typed `metadata` (name and labels, for selectors), parsed from
+    /// the JSON; cheaper than [`Encoded::object`].
+    pub fn object_meta(&self) -> Option<ObjectMeta> {
+        read_back(self.metadata(), "metadata")
+    }
+
+    /// The registry's counter this version was stored at.
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
     }
 
     /// The whole object.
@@ -104,6 +134,20 @@ impl Encoded {
     pub fn created(&self) -> Timestamp {
         self.created
     }
+
+    /// The version's `status.lastHeartbeatTime`.
+    pub fn last_heartbeat(&self) -> Timestamp {
+        self.last_heartbeat
+    }
+}
+
+/// `json`, written by [`Encoded::new`], as a `T`. It always reads back (the
+/// tests check); should it not, a bug, that is logged and the part counts
+/// as absent.
+fn read_back<T: serde::de::DeserializeOwned>(json: &[u8], part: &'static str) -> Option<T> {
+    serde_json::from_slice(json)
+        .inspect_err(|error| tracing::error!(%error, part, "reading back a stored plugin"))
+        .ok()
 }
 
 /// serde_json only fails on maps with non-string keys and on types whose
@@ -142,8 +186,12 @@ mod tests {
             },
         };
         plugin.spec.address = "db:5432".to_owned();
-        let encoded = Encoded::new(&plugin);
+        plugin.metadata.labels = Some([("tier".to_owned(), "gold".to_owned())].into());
+        let encoded = Encoded::new(&plugin, 7);
         assert_eq!(encoded.json(), serde_json::to_vec(&plugin).expect("json"));
+        assert_eq!(encoded.object(), Some(plugin.clone()));
+        assert_eq!(encoded.object_meta(), Some(plugin.metadata.clone()));
+        assert_eq!(encoded.resource_version(), 7);
         assert_eq!(
             encoded.metadata(),
             serde_json::to_vec(&plugin.metadata).expect("json")

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use super::history::Expired;
-use super::version::ResourceVersion;
 use super::{Encoded, Registry};
 use crate::v1alpha1::Plugin;
 
@@ -34,26 +33,30 @@ impl EventType {
 pub struct Event {
     pub event_type: EventType,
     pub resource_version: u64,
-    pub object: Arc<Plugin>,
-    /// `object`'s wire forms.
+    /// The object as of this change (for DELETED, as it was deleted).
     pub encoded: Arc<Encoded>,
     /// The object before a MODIFIED change that touched its declaration
     /// (labels, spec or instance addresses), so that filtered watches can
     /// turn a change that leaves or enters their selection into DELETED or
     /// ADDED, and the proxy can drop channels to addresses that left. `None`
     /// when only the status changed (a refresh of its times, readiness):
-    /// selections and addresses are then `object`'s. Most events are status
+    /// selections and addresses are then `encoded`'s. Most events are status
     /// refreshes, and keeping their previous versions would double what the
     /// history holds.
-    pub previous: Option<Arc<Plugin>>,
+    pub previous: Option<Arc<Encoded>>,
 }
 
 impl Event {
-    /// `previous` as a MODIFIED event keeps it (see [`Event::previous`]).
-    pub(super) fn kept_previous(previous: Arc<Plugin>, object: &Plugin) -> Option<Arc<Plugin>> {
-        let declaration_changed = previous.metadata.labels != object.metadata.labels
-            || previous.spec != object.spec
-            || !previous.addresses().eq(object.addresses());
+    /// `previous` as a MODIFIED event to `object` keeps it (see
+    /// [`Event::previous`]). A previous version that does not read back
+    /// (a bug, logged) is kept: watchers then compare both sides.
+    pub(super) fn kept_previous(previous: Arc<Encoded>, object: &Plugin) -> Option<Arc<Encoded>> {
+        let Some(before) = previous.object() else {
+            return Some(previous);
+        };
+        let declaration_changed = before.metadata.labels != object.metadata.labels
+            || before.spec != object.spec
+            || !before.addresses().eq(object.addresses());
         declaration_changed.then_some(previous)
     }
 }
@@ -95,14 +98,7 @@ impl Registry {
                 .map(|e| {
                     Arc::new(Event {
                         event_type: EventType::Added,
-                        resource_version: e
-                            .object
-                            .metadata
-                            .resource_version
-                            .as_deref()
-                            .and_then(|rv| rv.parse::<ResourceVersion>().ok())
-                            .map_or(current, |rv| rv.counter),
-                        object: e.object.clone(),
+                        resource_version: e.encoded.resource_version(),
                         encoded: e.encoded.clone(),
                         previous: None,
                     })

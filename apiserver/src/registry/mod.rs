@@ -7,8 +7,9 @@
 //! lives while one does. Heartbeats that change nothing only touch the
 //! instance's atomic timestamp under the read lock: no event, no
 //! resourceVersion bump, no contention with readers.
-//! Each stored object version carries its wire forms ([`Encoded`]), made
-//! once when it is stored, which lists, tables and watches copy.
+//! Each stored object version is kept as its wire forms ([`Encoded`]),
+//! made once when it is stored, which lists, tables and watches copy; the
+//! typed object is parsed back from them on the rare paths that need it.
 //!
 //! Changes are in `write` and `sweep`, reads in `read`, events and watches
 //! in `events`, the rendered object in `render`, instances in `instances`.
@@ -35,7 +36,7 @@ use jiff::{SignedDuration, Timestamp};
 use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
-pub use declaration::Declaration;
+pub use declaration::{Declaration, Labels};
 pub use encoded::Encoded;
 pub use events::{Event, EventType, WatchError, WatchStart};
 pub use history::Expired;
@@ -43,11 +44,9 @@ use history::History;
 use instances::{Instance, Instances};
 pub use kplug_api::selection::{Implementation, SelectError, compare_versions};
 pub use metrics::RegistryCollector;
-pub use read::{Census, Listed, Page, Row, Snapshot};
+pub use read::{Census, Page, Row};
 pub use version::{Epoch, ForeignVersion, InvalidVersion, RequestedVersion};
 pub use write::{Accepted, DeleteError, Preconditions, Refusal};
-
-use crate::v1alpha1::Plugin;
 
 /// An instance that misses this many intervals is shown as not Ready until
 /// it heartbeats again or its TTL passes.
@@ -120,8 +119,8 @@ impl Lifecycle {
 struct Entry {
     instances: Instances,
     lifecycle: Lifecycle,
-    object: Arc<Plugin>,
-    /// `object`'s wire forms, replaced with it.
+    /// The current version, as stored: its wire forms (no typed object is
+    /// kept; see [`Encoded`]).
     encoded: Arc<Encoded>,
 }
 
@@ -135,9 +134,8 @@ impl Entry {
             .unwrap_or(self.lifecycle.created)
     }
 
-    fn listed(&self) -> Listed {
-        Listed {
-            object: self.object.clone(),
+    fn row(&self) -> Row {
+        Row {
             encoded: self.encoded.clone(),
             last_seen: self.last_seen(),
         }

@@ -9,21 +9,6 @@ use jiff::Timestamp;
 use super::{Encoded, Registry};
 use crate::v1alpha1::Plugin;
 
-/// A consistent page of the registry.
-pub struct Snapshot {
-    pub resource_version: u64,
-    pub items: Vec<Listed>,
-}
-
-/// A plugin in a [`Snapshot`].
-pub struct Listed {
-    pub object: Arc<Plugin>,
-    /// `object`'s wire forms.
-    pub encoded: Arc<Encoded>,
-    /// The real time of the last heartbeat, finer than `status.lastHeartbeatTime`.
-    pub last_seen: Timestamp,
-}
-
 /// One plugin of a [`Page`]: its wire forms and its last heartbeat.
 pub struct Row {
     pub encoded: Arc<Encoded>,
@@ -51,19 +36,16 @@ pub struct Census {
 }
 
 impl Registry {
-    /// The plugin named `name`.
+    /// The plugin named `name`, parsed from its stored JSON.
     pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
-        self.state
-            .read()
-            .plugins
-            .get(name)
-            .map(|e| e.object.clone())
+        let encoded = self.state.read().plugins.get(name)?.encoded.clone();
+        encoded.object().map(Arc::new)
     }
 
-    /// The plugin named `name` with its wire forms and when it last
-    /// heartbeated, read together.
-    pub fn get_listed(&self, name: &str) -> Option<Listed> {
-        self.state.read().plugins.get(name).map(|e| e.listed())
+    /// The plugin named `name`'s wire forms and when it last heartbeated,
+    /// read together.
+    pub fn get_row(&self, name: &str) -> Option<Row> {
+        self.state.read().plugins.get(name).map(|e| e.row())
     }
 
     /// When the plugin named `name` last heartbeated (not rounded to the
@@ -72,47 +54,34 @@ impl Registry {
         self.state.read().plugins.get(name).map(|e| e.last_seen())
     }
 
-    /// Plugins in name order, after `start_after` when given, that match `filter`.
-    pub fn list(&self, start_after: Option<&str>, filter: impl Fn(&Plugin) -> bool) -> Snapshot {
-        let state = self.state.read();
-        let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
-        let items = state
-            .plugins
-            .range::<str, _>((lower, Bound::Unbounded))
-            .filter(|(_, e)| filter(&e.object))
-            .map(|(_, e)| e.listed())
-            .collect();
-        Snapshot {
-            resource_version: state.resource_version,
-            items,
-        }
+    /// Every plugin, parsed from its stored JSON, in name order.
+    pub fn objects(&self) -> Vec<Plugin> {
+        let rows = self.page(None, usize::MAX, |_| true).rows;
+        rows.iter().filter_map(|row| row.encoded.object()).collect()
     }
 
-    /// Like [`Registry::list`], but at most `limit` plugins, and only what a
-    /// list response needs: it touches neither the objects nor the rest of
-    /// the matches beyond counting them.
+    /// At most `limit` plugins in name order, after `start_after` when
+    /// given, that match `filter`, and how many more match: what a list
+    /// response needs, read under one lock.
     pub fn page(
         &self,
         start_after: Option<&str>,
         limit: usize,
-        filter: impl Fn(&Plugin) -> bool,
+        filter: impl Fn(&Encoded) -> bool,
     ) -> Page {
         let state = self.state.read();
         let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut matching = state
             .plugins
             .range::<str, _>((lower, Bound::Unbounded))
-            .filter(|(_, e)| filter(&e.object));
+            .filter(|(_, e)| filter(&e.encoded));
         let mut last_name = None;
         let rows = matching
             .by_ref()
             .take(limit)
             .map(|(name, e)| {
                 last_name = Some(name);
-                Row {
-                    encoded: e.encoded.clone(),
-                    last_seen: e.last_seen(),
-                }
+                e.row()
             })
             .collect();
         Page {

@@ -89,7 +89,7 @@ impl Registry {
                 uid: Some(lifecycle.uid.clone()),
                 resource_version: Some(self.version(resource_version)),
                 creation_timestamp: Some(Time(lifecycle.created)),
-                labels: Some(v1alpha1::object_labels(&declaration.labels, &spec)),
+                labels: Some(v1alpha1::object_labels(declaration.labels.iter(), &spec)),
                 ..ObjectMeta::default()
             },
             spec,

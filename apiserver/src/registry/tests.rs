@@ -1,10 +1,9 @@
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
 use super::*;
-use crate::v1alpha1::{PluginApi, Protocol};
+use crate::v1alpha1::{Plugin, PluginApi, Protocol};
 
 fn config() -> RegistryConfig {
     RegistryConfig {
@@ -28,7 +27,7 @@ fn declaration(name: &str) -> Declaration {
         address: "127.0.0.1:50052".to_owned(),
         server_name: String::new(),
         extensions: Vec::new(),
-        labels: BTreeMap::new(),
+        labels: Labels::default(),
         interval: Duration::from_secs(5),
         protocol: Protocol {
             version: "v1alpha1".to_owned(),
@@ -36,6 +35,19 @@ fn declaration(name: &str) -> Declaration {
         },
         registered_by: None,
     }
+}
+
+/// A stored version's typed object, as the registry reads it back.
+fn object(encoded: &Encoded) -> Plugin {
+    encoded.object().expect("a stored version reads back")
+}
+
+/// The names on a page, in its order.
+fn names(page: Page) -> Vec<String> {
+    page.rows
+        .iter()
+        .map(|row| object(&row.encoded).name().to_owned())
+        .collect()
 }
 
 fn t0() -> Timestamp {
@@ -125,8 +137,8 @@ fn a_changed_declaration_is_modified_with_the_previous_object() {
         .expect("accepted");
     let event = feed.try_recv().expect("an event");
     assert_eq!(event.event_type, EventType::Modified);
-    assert_eq!(event.object.spec.version, "1.1.0");
-    let previous = event.previous.as_ref().map(|p| p.spec.version.clone());
+    assert_eq!(object(&event.encoded).spec.version, "1.1.0");
+    let previous = event.previous.as_ref().map(|p| object(p).spec.version);
     assert_eq!(previous.as_deref(), Some("1.0.0"));
 }
 
@@ -160,8 +172,9 @@ fn only_changes_to_the_declaration_keep_the_previous_object() {
     while let Ok(event) = feed.try_recv() {
         assert_eq!(event.event_type, EventType::Modified);
         kept.push(event.previous.as_ref().map(|p| {
-            let labels = p.metadata.labels.clone().unwrap_or_default();
-            (labels.contains_key("tier"), p.spec.address.clone())
+            let p = object(p);
+            let labels = p.metadata.labels.unwrap_or_default();
+            (labels.contains_key("tier"), p.spec.address)
         }));
     }
     assert_eq!(
@@ -259,7 +272,7 @@ fn delete_checks_preconditions_and_emits_deleted() {
         .delete("pg", &Preconditions::default())
         .expect("deleted");
     assert_eq!(
-        deleted.metadata.resource_version.as_deref(),
+        object(&deleted).metadata.resource_version.as_deref(),
         Some(registry.version(2).as_str())
     );
     assert!(matches!(
@@ -288,17 +301,20 @@ fn list_is_ordered_filtered_and_pages_after_a_name() {
             .heartbeat(declaration(name), t0())
             .expect("accepted");
     }
-    let names = |snapshot: Snapshot| -> Vec<String> {
-        snapshot
-            .items
+    let all = usize::MAX;
+    assert_eq!(names(registry.page(None, all, |_| true)), ["a", "b", "c"]);
+    assert_eq!(names(registry.page(Some("a"), all, |_| true)), ["b", "c"]);
+    let not_b = |e: &Encoded| object(e).name() != "b";
+    assert_eq!(names(registry.page(None, all, not_b)), ["a", "c"]);
+    assert_eq!(registry.page(None, all, |_| true).resource_version, 3);
+    assert_eq!(
+        registry
+            .objects()
             .iter()
-            .map(|i| i.object.name().to_owned())
-            .collect()
-    };
-    assert_eq!(names(registry.list(None, |_| true)), ["a", "b", "c"]);
-    assert_eq!(names(registry.list(Some("a"), |_| true)), ["b", "c"]);
-    assert_eq!(names(registry.list(None, |p| p.name() != "b")), ["a", "c"]);
-    assert_eq!(registry.list(None, |_| true).resource_version, 3);
+            .map(Plugin::name)
+            .collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
 }
 
 #[test]
@@ -309,7 +325,7 @@ fn pages_stop_at_the_limit_and_count_the_rest() {
             .heartbeat(declaration(name), t0())
             .expect("accepted");
     }
-    let page = registry.page(Some("a"), 2, |p| p.name() != "c");
+    let page = registry.page(Some("a"), 2, |e| object(e).name() != "c");
     assert_eq!(page.rows.len(), 2);
     assert_eq!(page.last_name.as_deref(), Some("d"));
     assert_eq!(page.remaining, 0);
@@ -317,8 +333,8 @@ fn pages_stop_at_the_limit_and_count_the_rest() {
     assert_eq!(page.last_name.as_deref(), Some("a"));
     assert_eq!(page.remaining, 3);
     assert_eq!(page.resource_version, 4);
-    let listed = registry.get_listed("a").expect("listed");
-    assert_eq!(page.rows[0].encoded.json(), listed.encoded.json());
+    let row = registry.get_row("a").expect("a row");
+    assert_eq!(page.rows[0].encoded.json(), row.encoded.json());
     assert_eq!(page.rows[0].last_seen, t0());
 }
 
@@ -465,6 +481,26 @@ mod selection {
             "{}",
             selection.message
         );
+    }
+
+    #[test]
+    fn a_plugin_competes_with_its_newest_instances_version_and_is_returned_as_stored() {
+        let registry = registry_with(&[plugin("b", "PostgreSQL", "2.0.0", 1)]);
+        for (instance, version, port) in [("a-1", "1.0.0", 2), ("a-2", "3.0.0", 3)] {
+            let declaration = Declaration {
+                instance: instance.to_owned(),
+                ..plugin("a", "PostgreSQL", version, port)
+            };
+            registry.heartbeat(declaration, t0()).expect("accepted");
+        }
+        let (plugin, _) = registry
+            .select(Some(&tables()), Implementation::Any, None)
+            .expect("selected");
+        assert_eq!(
+            (plugin.name(), plugin.spec.version.as_str()),
+            ("a", "3.0.0")
+        );
+        assert_eq!(Some(&*plugin), registry.get("a").as_deref());
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl Registry {
         let previous = state
             .plugins
             .get(&declaration.name)
-            .map(|entry| entry.object.clone());
+            .map(|entry| entry.encoded.clone());
         state.resource_version += 1;
         let resource_version = state.resource_version;
         let entry = match state.plugins.entry(declaration.name.clone()) {
@@ -141,32 +141,32 @@ impl Registry {
                     }
                     None => entry.instances.push(Instance::new(declaration, now)),
                 }
-                self.refresh(entry, now, resource_version);
-                entry
+                let object = self.refresh(entry, now, resource_version);
+                (&**entry, object)
             }
             btree_map::Entry::Vacant(vacant) => {
                 let lifecycle = Lifecycle::new(now);
                 let instances = Instances::new(Instance::new(declaration, now));
                 let object = self.render(&instances, &lifecycle, resource_version);
-                let encoded = Arc::new(Encoded::new(&object));
-                vacant.insert(Box::new(Entry {
+                let encoded = Arc::new(Encoded::new(&object, resource_version));
+                let entry = vacant.insert(Box::new(Entry {
                     instances,
                     lifecycle,
-                    object: Arc::new(object),
                     encoded,
-                }))
+                }));
+                (&**entry, object)
             }
         };
+        let (entry, object) = entry;
         let result = accepted(&entry.lifecycle.uid);
         let event_type = match previous {
             Some(_) => EventType::Modified,
             None => EventType::Added,
         };
-        let previous = previous.and_then(|p| Event::kept_previous(p, &entry.object));
+        let previous = previous.and_then(|p| Event::kept_previous(p, &object));
         let event = Event {
             event_type,
             resource_version,
-            object: entry.object.clone(),
             encoded: entry.encoded.clone(),
             previous,
         };
@@ -174,25 +174,30 @@ impl Registry {
         Ok(result)
     }
 
-    /// Renders the entry's object anew at `resource_version`, with its wire
-    /// forms: the only place a stored version is made, so every version is
-    /// encoded once.
-    fn store(&self, entry: &mut Entry, resource_version: u64) {
+    /// Renders the entry's object anew at `resource_version` and stores its
+    /// wire forms: the only place a stored version is made, so every version
+    /// is encoded once. Returns the typed object, for the event's rule.
+    fn store(&self, entry: &mut Entry, resource_version: u64) -> Plugin {
         let object = self.render(&entry.instances, &entry.lifecycle, resource_version);
-        entry.encoded = Arc::new(Encoded::new(&object));
-        entry.object = Arc::new(object);
+        entry.encoded = Arc::new(Encoded::new(&object, resource_version));
+        object
     }
 
     /// Re-derives the plugin's readiness from its instances after a change
-    /// at `now`, and stores the object anew.
-    pub(super) fn refresh(&self, entry: &mut Entry, now: Timestamp, resource_version: u64) {
+    /// at `now`, and stores the object anew (returned as in [`Registry::store`]).
+    pub(super) fn refresh(
+        &self,
+        entry: &mut Entry,
+        now: Timestamp,
+        resource_version: u64,
+    ) -> Plugin {
         let ready = entry.instances.iter().any(Instance::serving);
         if ready != entry.lifecycle.ready {
             entry.lifecycle.ready = ready;
             entry.lifecycle.ready_since = now;
         }
         entry.lifecycle.refreshed = now;
-        self.store(entry, resource_version);
+        self.store(entry, resource_version)
     }
 
     /// Publishes the plugin `name` as MODIFIED after its instances changed.
@@ -202,14 +207,13 @@ impl Registry {
         };
         state.resource_version += 1;
         let resource_version = state.resource_version;
-        let previous = entry.object.clone();
-        self.refresh(entry, now, resource_version);
+        let previous = entry.encoded.clone();
+        let object = self.refresh(entry, now, resource_version);
         let event = Event {
             event_type: EventType::Modified,
             resource_version,
-            object: entry.object.clone(),
             encoded: entry.encoded.clone(),
-            previous: Event::kept_previous(previous, &entry.object),
+            previous: Event::kept_previous(previous, &object),
         };
         self.publish(state, event);
     }
@@ -336,7 +340,7 @@ impl Registry {
         &self,
         name: &str,
         preconditions: &Preconditions,
-    ) -> Result<Arc<Plugin>, DeleteError> {
+    ) -> Result<Arc<Encoded>, DeleteError> {
         let mut state = self.state.write();
         let entry = state
             .plugins
@@ -350,12 +354,7 @@ impl Registry {
                 entry.lifecycle.uid
             )));
         }
-        let current = entry
-            .object
-            .metadata
-            .resource_version
-            .clone()
-            .unwrap_or_default();
+        let current = self.version(entry.encoded.resource_version());
         if let Some(rv) = &preconditions.resource_version
             && *rv != current
         {
@@ -368,23 +367,29 @@ impl Registry {
             .ok_or_else(|| DeleteError::NotFound(name.to_owned()))
     }
 
-    pub(super) fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Plugin>> {
+    /// Removes the plugin `name` and publishes DELETED; returns the deleted
+    /// object's wire forms.
+    pub(super) fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Encoded>> {
         let entry = state.plugins.remove(name)?;
         state.resource_version += 1;
         let resource_version = state.resource_version;
-        // Like Kubernetes, the deleted object carries the deletion's resourceVersion.
-        let mut object = (*entry.object).clone();
-        object.metadata.resource_version = Some(self.version(resource_version));
-        let encoded = Arc::new(Encoded::new(&object));
-        let object = Arc::new(object);
+        // Like Kubernetes, the deleted object carries the deletion's
+        // resourceVersion. Should the stored version not read back (a bug,
+        // logged), watchers still see the deletion, of the last version.
+        let encoded = match entry.encoded.object() {
+            Some(mut object) => {
+                object.metadata.resource_version = Some(self.version(resource_version));
+                Arc::new(Encoded::new(&object, resource_version))
+            }
+            None => entry.encoded,
+        };
         let event = Event {
             event_type: EventType::Deleted,
             resource_version,
-            object: object.clone(),
-            encoded,
+            encoded: encoded.clone(),
             previous: None,
         };
         self.publish(state, event);
-        Some(object)
+        Some(encoded)
     }
 }

@@ -14,7 +14,7 @@ fn instance(instance: &str, host: u8) -> Declaration {
 /// The events published since the last call, as (type, `ready/total`).
 fn drained(feed: &mut broadcast::Receiver<Arc<Event>>) -> Vec<(EventType, String)> {
     std::iter::from_fn(|| feed.try_recv().ok())
-        .map(|e| (e.event_type, e.object.status.instances_summary()))
+        .map(|e| (e.event_type, object(&e.encoded).status.instances_summary()))
         .collect()
 }
 
