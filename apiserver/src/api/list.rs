@@ -229,7 +229,10 @@ mod tests {
     }
 
     /// Every plugin's row, and its typed object as the registry reads it back.
-    fn rows(registry: &Registry, filter: impl Fn(&Encoded) -> bool) -> (Vec<Row>, Vec<Plugin>) {
+    fn rows(
+        registry: &Registry,
+        filter: impl Fn(&str, &Encoded) -> bool,
+    ) -> (Vec<Row>, Vec<Plugin>) {
         let rows = registry.page(None, usize::MAX, filter).rows;
         let objects = rows
             .iter()
@@ -249,7 +252,7 @@ mod tests {
         for count in [0, 1, 5] {
             for paged in [false, true] {
                 let registry = registry(count);
-                let (rows, objects) = rows(&registry, |_| true);
+                let (rows, objects) = rows(&registry, |_, _| true);
                 let expected = serde_json::to_vec(&PluginList {
                     api_version: API_VERSION,
                     kind: Plugin::LIST_KIND,
@@ -279,7 +282,7 @@ mod tests {
             for include in includes {
                 for count in [0, 1, 5] {
                     let registry = registry(count);
-                    let (rows, objects) = rows(&registry, |_| true);
+                    let (rows, objects) = rows(&registry, |_, _| true);
                     let expected_rows = rows
                         .iter()
                         .zip(&objects)
@@ -333,7 +336,7 @@ mod tests {
         use http_body_util::BodyExt as _;
 
         let registry = registry(400);
-        let all = || registry.page(None, usize::MAX, |_| true).rows;
+        let all = || registry.page(None, usize::MAX, |_, _| true).rows;
         let whole = drain(ListWriter::json(&metadata(false), all()).expect("head"));
         assert!(whole.len() > 3 * CHUNK_BYTES, "{} bytes", whole.len());
         let response = written_response(
@@ -354,9 +357,7 @@ mod tests {
         );
         assert_eq!(pieces.concat(), whole);
 
-        let (small, _) = rows(&registry, |e| {
-            e.object_meta().and_then(|m| m.name).as_deref() == Some("plugin-0001")
-        });
+        let (small, _) = rows(&registry, |name, _| name == "plugin-0001");
         let response = written_response(
             ListWriter::json(&metadata(false), small).expect("head"),
             "application/json",

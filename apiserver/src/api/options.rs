@@ -52,20 +52,28 @@ pub struct ListOptions {
 }
 
 impl ListOptions {
-    /// True when the stored version passes both selectors. Its metadata is
-    /// read back from the JSON only when there is a selector to apply.
+    /// True when the version stored in `encoded` passes both selectors. Its
+    /// name and labels are read from the JSON only when there is a selector.
     pub fn selects(&self, encoded: &Encoded) -> bool {
         if self.field_selector.is_empty() && self.label_selector.is_empty() {
             return true;
         }
-        let Some(metadata) = encoded.object_meta() else {
+        encoded.head().is_some_and(|head| {
+            self.field_selector.matches_name(&head.name)
+                && self.label_selector.matches_with(|key| head.label(key))
+        })
+    }
+
+    /// [`ListOptions::selects`] for the plugin registered as `name`: a field
+    /// selector, which only knows the name, then needs nothing read back.
+    pub fn selects_named(&self, name: &str, encoded: &Encoded) -> bool {
+        if !self.field_selector.matches_name(name) {
             return false;
-        };
-        self.field_selector
-            .matches_name(metadata.name.as_deref().unwrap_or_default())
-            && self
-                .label_selector
-                .matches(metadata.labels.as_ref().unwrap_or(&Default::default()))
+        }
+        self.label_selector.is_empty()
+            || encoded
+                .head()
+                .is_some_and(|head| self.label_selector.matches_with(|key| head.label(key)))
     }
 }
 

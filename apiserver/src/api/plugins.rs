@@ -40,8 +40,8 @@ pub async fn list(
     let limit = options.limit.unwrap_or(usize::MAX);
     let page = state
         .registry
-        .page(options.start_after.as_deref(), limit, |p| {
-            options.selects(p)
+        .page(options.start_after.as_deref(), limit, |name, encoded| {
+            options.selects_named(name, encoded)
         });
     check_list_version(&state.registry, &options, page.resource_version)?;
     let version = state.registry.version(page.resource_version);

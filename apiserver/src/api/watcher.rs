@@ -70,8 +70,8 @@ impl Encoder {
                 // The instances' latest heartbeat while the plugin lives,
                 // the version's own once it is gone.
                 let last_seen = encoded
-                    .object_meta()
-                    .and_then(|metadata| registry.last_seen(metadata.name.as_deref()?))
+                    .head()
+                    .and_then(|head| registry.last_seen(&head.name))
                     .unwrap_or(encoded.last_heartbeat());
                 let metadata = ListMeta {
                     resource_version: Some(registry.version(resource_version)),

@@ -56,25 +56,26 @@ impl Registry {
 
     /// Every plugin, parsed from its stored JSON, in name order.
     pub fn objects(&self) -> Vec<Plugin> {
-        let rows = self.page(None, usize::MAX, |_| true).rows;
+        let rows = self.page(None, usize::MAX, |_, _| true).rows;
         rows.iter().filter_map(|row| row.encoded.object()).collect()
     }
 
     /// At most `limit` plugins in name order, after `start_after` when
-    /// given, that match `filter`, and how many more match: what a list
-    /// response needs, read under one lock.
+    /// given, that match `filter` (given each one's name and stored version),
+    /// and how many more match: what a list response needs, read under one
+    /// lock.
     pub fn page(
         &self,
         start_after: Option<&str>,
         limit: usize,
-        filter: impl Fn(&Encoded) -> bool,
+        filter: impl Fn(&str, &Encoded) -> bool,
     ) -> Page {
         let state = self.state.read();
         let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut matching = state
             .plugins
             .range::<str, _>((lower, Bound::Unbounded))
-            .filter(|(_, e)| filter(&e.encoded));
+            .filter(|(name, e)| filter(name, &e.encoded));
         let mut last_name = None;
         let rows = matching
             .by_ref()

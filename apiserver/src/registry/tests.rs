@@ -302,11 +302,17 @@ fn list_is_ordered_filtered_and_pages_after_a_name() {
             .expect("accepted");
     }
     let all = usize::MAX;
-    assert_eq!(names(registry.page(None, all, |_| true)), ["a", "b", "c"]);
-    assert_eq!(names(registry.page(Some("a"), all, |_| true)), ["b", "c"]);
-    let not_b = |e: &Encoded| object(e).name() != "b";
+    assert_eq!(
+        names(registry.page(None, all, |_, _| true)),
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        names(registry.page(Some("a"), all, |_, _| true)),
+        ["b", "c"]
+    );
+    let not_b = |name: &str, e: &Encoded| name == object(e).name() && name != "b";
     assert_eq!(names(registry.page(None, all, not_b)), ["a", "c"]);
-    assert_eq!(registry.page(None, all, |_| true).resource_version, 3);
+    assert_eq!(registry.page(None, all, |_, _| true).resource_version, 3);
     assert_eq!(
         registry
             .objects()
@@ -325,11 +331,11 @@ fn pages_stop_at_the_limit_and_count_the_rest() {
             .heartbeat(declaration(name), t0())
             .expect("accepted");
     }
-    let page = registry.page(Some("a"), 2, |e| object(e).name() != "c");
+    let page = registry.page(Some("a"), 2, |name, _| name != "c");
     assert_eq!(page.rows.len(), 2);
     assert_eq!(page.last_name.as_deref(), Some("d"));
     assert_eq!(page.remaining, 0);
-    let page = registry.page(None, 1, |_| true);
+    let page = registry.page(None, 1, |_, _| true);
     assert_eq!(page.last_name.as_deref(), Some("a"));
     assert_eq!(page.remaining, 3);
     assert_eq!(page.resource_version, 4);

@@ -30,7 +30,12 @@ impl LabelSelector {
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Whether the labels that `label` looks up satisfy every requirement.
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements.iter().all(|r| r.matches(label(&r.key)))
     }
 
     /// Whether the selector selects everything.
@@ -68,8 +73,7 @@ pub(super) enum Op {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    fn matches(&self, value: Option<&str>) -> bool {
         match (&self.op, value) {
             (Op::Exists, value) => value.is_some(),
             (Op::DoesNotExist, value) => value.is_none(),
