@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use super::busy::{self, Stall};
+use super::corked::Corked;
 use crate::auth::{Auth, PeerIdentity};
 use crate::config::ServingFlags;
 
@@ -189,12 +190,27 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
+/// What a TLS connection runs over.
+trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The client and kplug agreed on HTTP/2 (ALPN `h2`).
+    fn speaks_h2(&mut self) {}
+}
+
+impl Transport for TcpStream {}
+
+impl Transport for Corked<TcpStream> {
+    fn speaks_h2(&mut self) {
+        self.cork();
+    }
+}
+
 /// What every connection of one listener shares.
 struct Shared {
     name: &'static str,
     app: Router,
     auth: Arc<Auth>,
     acceptor: Option<TlsAcceptor>,
+    callers: Callers,
     http: auto::Builder<TokioExecutor>,
     limits: Limits,
     metrics: ConnectionMetrics,
@@ -223,6 +239,7 @@ pub async fn serve(
         app,
         auth,
         acceptor: tls.map(TlsAcceptor::from),
+        callers,
         http: http(&limits, callers),
         limits,
         metrics,
@@ -267,12 +284,31 @@ impl Shared {
     async fn connection(&self, stream: TcpStream, remote: std::net::SocketAddr) {
         // The handshake and the first request share one deadline.
         let first_by = Instant::now() + self.limits.request_header_timeout;
-        let Some(acceptor) = &self.acceptor else {
-            return self
-                .serve_http(stream, PeerIdentity::Anonymous, first_by, remote)
-                .await;
-        };
-        let tls = match tokio::time::timeout_at(first_by, acceptor.accept(stream)).await {
+        match (&self.acceptor, self.callers) {
+            (None, _) => {
+                self.serve_http(stream, PeerIdentity::Anonymous, first_by, remote)
+                    .await;
+            }
+            // Clients read large lists; the fleet's answers are small, and
+            // its connections many.
+            (Some(acceptor), Callers::Clients) => {
+                self.serve_tls(acceptor, Corked::new(stream), first_by, remote)
+                    .await;
+            }
+            (Some(acceptor), Callers::Fleet) => {
+                self.serve_tls(acceptor, stream, first_by, remote).await;
+            }
+        }
+    }
+
+    async fn serve_tls(
+        &self,
+        acceptor: &TlsAcceptor,
+        io: impl Transport,
+        first_by: Instant,
+        remote: std::net::SocketAddr,
+    ) {
+        let mut tls = match tokio::time::timeout_at(first_by, acceptor.accept(io)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
                 tracing::debug!(%remote, error = %e, "TLS handshake failed");
@@ -284,6 +320,10 @@ impl Shared {
                 return;
             }
         };
+        let (transport, session) = tls.get_mut();
+        if session.alpn_protocol() == Some(b"h2") {
+            transport.speaks_h2();
+        }
         let peer = tls
             .get_ref()
             .1

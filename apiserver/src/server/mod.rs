@@ -2,6 +2,7 @@
 
 mod busy;
 pub mod certs;
+mod corked;
 pub mod front_door;
 pub mod health;
 pub mod pki;

@@ -1,0 +1,204 @@
+//! A client connection that sends what one poll of its HTTP/2 connection
+//! task wrote in one system call.
+//!
+//! h2 flushes its connection after every DATA frame, and a frame is at most
+//! 16 KiB with kubectl's and most clients' settings: a 10,000-plugin list
+//! took about 900 `writev` calls of one TLS record each (BENCHMARKS.md).
+//! Once HTTP/2 is agreed, [`Corked`] keeps what is written and turns a
+//! flush into a promise: the task is woken at once, and the next time it
+//! reads the connection everything written since goes out together. h2's
+//! connection task reads on every poll, so no byte waits for more data,
+//! only for the end of the poll that wrote it. HTTP/1.1, whose dispatcher
+//! may wait on a response body without reading, is never corked.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Past this many bytes held, a write sends them before taking more.
+const HELD_LIMIT: usize = 256 * 1024;
+/// A buffer that grew past this is freed once sent.
+const KEPT_CAPACITY: usize = 64 * 1024;
+
+pub struct Corked<S> {
+    io: S,
+    corking: bool,
+    held: Vec<u8>,
+    /// How much of `held` is sent already.
+    sent: usize,
+}
+
+impl<S> Corked<S> {
+    /// Passes everything through until [`Corked::cork`].
+    pub fn new(io: S) -> Self {
+        Self {
+            io,
+            corking: false,
+            held: Vec::new(),
+            sent: 0,
+        }
+    }
+
+    /// From now on, flushes wait for the next read (see the module's text).
+    pub fn cork(&mut self) {
+        self.corking = true;
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Corked<S> {
+    /// Sends everything held; `Pending` until the socket took it all.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.held.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.held[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.sent = 0;
+        if self.held.capacity() > KEPT_CAPACITY {
+            // A large list's buffer is not kept for a connection's idle hours.
+            self.held = Vec::new();
+        } else {
+            self.held.clear();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Corked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        // The promise of the last flush. A socket that cannot take it all
+        // now wakes this task when it can; reading goes on meanwhile.
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if !self.corking || self.held.len() >= HELD_LIMIT {
+            ready!(self.poll_send(cx))?;
+        }
+        if !self.corking {
+            return Pin::new(&mut self.io).poll_write(cx, buf);
+        }
+        self.held.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.corking {
+            ready!(self.poll_send(cx))?;
+            return Pin::new(&mut self.io).poll_flush(cx);
+        }
+        if !self.held.is_empty() {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_send(cx))?;
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// A connected pair over loopback: ours wrapped, the peer's bare.
+    async fn pair() -> (Corked<TcpStream>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (ours, peer) = tokio::join!(TcpStream::connect(address), listener.accept());
+        let ours = ours.expect("connect");
+        ours.set_nodelay(true).expect("nodelay");
+        (Corked::new(ours), peer.expect("accept").0)
+    }
+
+    /// Reads exactly `len` bytes from the peer.
+    async fn receive(peer: &mut TcpStream, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        tokio::time::timeout(PATIENCE, peer.read_exact(&mut out))
+            .await
+            .expect("in time")
+            .expect("read");
+        out
+    }
+
+    /// Over loopback a sent byte is in the peer's queue when the send
+    /// returns: nothing there means nothing was sent.
+    fn nothing_waiting(peer: &TcpStream) -> bool {
+        let mut byte = [0; 1];
+        matches!(peer.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    #[tokio::test]
+    async fn uncorked_writes_and_flushes_pass_through() {
+        let (mut ours, mut peer) = pair().await;
+        ours.write_all(b"handshake").await.expect("write");
+        ours.flush().await.expect("flush");
+        assert_eq!(receive(&mut peer, 9).await, b"handshake");
+    }
+
+    #[tokio::test]
+    async fn corked_flushes_send_at_the_next_read_everything_written_since() {
+        let (mut ours, mut peer) = pair().await;
+        ours.cork();
+        for frame in [&b"one,"[..], b"two,", b"three"] {
+            ours.write_all(frame).await.expect("write");
+            ours.flush().await.expect("flush");
+        }
+        assert!(nothing_waiting(&peer), "flushes alone send nothing");
+        peer.write_all(b"ping").await.expect("peer writes");
+        let mut ping = [0; 4];
+        ours.read_exact(&mut ping).await.expect("read");
+        assert_eq!(&ping, b"ping");
+        assert_eq!(receive(&mut peer, 13).await, b"one,two,three");
+    }
+
+    #[tokio::test]
+    async fn a_full_hold_is_sent_before_more_and_shutdown_sends_the_rest() {
+        let (mut ours, mut peer) = pair().await;
+        ours.cork();
+        let reader = tokio::spawn(async move {
+            let early = receive(&mut peer, HELD_LIMIT).await;
+            (early, peer)
+        });
+        ours.write_all(&vec![b'x'; HELD_LIMIT])
+            .await
+            .expect("write");
+        ours.write_all(b"tail").await.expect("write past the limit");
+        let (early, mut peer) = reader.await.expect("reader");
+        assert!(early.iter().all(|b| *b == b'x'));
+        assert!(nothing_waiting(&peer), "the tail is held");
+        ours.shutdown().await.expect("shutdown");
+        let mut rest = Vec::new();
+        tokio::time::timeout(PATIENCE, peer.read_to_end(&mut rest))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert_eq!(rest, b"tail");
+    }
+}
