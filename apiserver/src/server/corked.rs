@@ -18,9 +18,12 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Past this many bytes held, a write sends them before taking more.
-const HELD_LIMIT: usize = 256 * 1024;
-/// A buffer that grew past this is freed once sent.
-const KEPT_CAPACITY: usize = 64 * 1024;
+const HELD_LIMIT: usize = 64 * 1024;
+/// The hold's one allocation: the limit and one more write, which is one
+/// TLS record (at most 16 KiB and its overhead). One size for every hold,
+/// so the allocator reuses the same block, and it is freed once sent, so an
+/// idle connection holds none.
+const HOLD_CAPACITY: usize = HELD_LIMIT + 32 * 1024;
 
 pub struct Corked<S> {
     io: S,
@@ -58,12 +61,7 @@ impl<S: AsyncWrite + Unpin> Corked<S> {
             self.sent += n;
         }
         self.sent = 0;
-        if self.held.capacity() > KEPT_CAPACITY {
-            // A large list's buffer is not kept for a connection's idle hours.
-            self.held = Vec::new();
-        } else {
-            self.held.clear();
-        }
+        self.held = Vec::new();
         Poll::Ready(Ok(()))
     }
 }
@@ -94,6 +92,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
         }
         if !self.corking {
             return Pin::new(&mut self.io).poll_write(cx, buf);
+        }
+        if self.held.capacity() == 0 {
+            self.held.reserve_exact(HOLD_CAPACITY);
         }
         self.held.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
