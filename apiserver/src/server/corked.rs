@@ -83,21 +83,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Corked<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+    }
+
+    // rustls hands over its pending records as a vector: passed through in
+    // one call before the cork, held after it.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         if !self.corking || self.held.len() >= HELD_LIMIT {
             ready!(self.poll_send(cx))?;
         }
         if !self.corking {
-            return Pin::new(&mut self.io).poll_write(cx, buf);
+            return Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         }
         if self.held.capacity() == 0 {
             self.held.reserve_exact(HOLD_CAPACITY);
         }
-        self.held.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        // Whole slices while they fit the block, at least one: below the
+        // limit, one more record always fits.
+        let mut taken = 0;
+        for buf in bufs {
+            if taken > 0 && self.held.len() + buf.len() > HOLD_CAPACITY {
+                break;
+            }
+            self.held.extend_from_slice(buf);
+            taken += buf.len();
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.corking || self.io.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
