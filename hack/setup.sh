@@ -25,4 +25,4 @@ hack/python-env.sh
 
 # The cluster end-to-end test runs a real kube-apiserver, built once from
 # Debian's source and cached under ~/.cache/kplug (about 6 minutes the first time).
-hack/kube-apiserver-build.sh >/dev/null
+hack/kube-build.sh >/dev/null

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Builds a real kube-apiserver v1.20.2 from Debian's kubernetes source package
-# and caches it. Prints only the binary's path on stdout; progress on stderr.
+# Builds the Kubernetes v1.20.2 components kplug's tests run (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy) from Debian's
+# kubernetes source package, and caches them. Prints only the requested
+# binary's path on stdout; progress on stderr.
 #
-#   hack/kube-apiserver-build.sh          # build if missing, print path
-#   KPLUG_CACHE=/some/dir hack/kube-apiserver-build.sh
+#   hack/kube-build.sh                 # build if missing, print kube-apiserver's path
+#   hack/kube-build.sh kubelet         # ... kubelet's path
+#   hack/kube-build.sh --dir           # ... the folder holding all five
+#   KPLUG_CACHE=/some/dir hack/kube-build.sh
 #
-# Cached binary: ${KPLUG_CACHE:-$HOME/.cache/kplug}/kube-apiserver-v1.20.2/kube-apiserver
-# When it exists this is a fast no-op. Otherwise (about 5-10 minutes on 2
-# cores) it:
+# Cached binaries: ${KPLUG_CACHE:-$HOME/.cache/kplug}/kubernetes-v1.20.2/bin/,
+# keyed on the source version: another version builds into another folder.
+# When all five exist this is a fast no-op. Otherwise (about 5-8 minutes on 2
+# cores, once) it:
 #   - apt-installs golang-go, etcd-server, rsync, make, dpkg-dev, openssl,
 #     curl and golang-github-modern-go-reflect2-dev;
 #   - adds a deb-src entry for bookworm main (once) and downloads the
@@ -15,7 +20,8 @@
 #   - replaces the vendored github.com/modern-go/reflect2 v1.0.1 (crashes
 #     under Go >= 1.18) with Debian's 1.0.2;
 #   - builds in GOPATH mode (module mode fails on this tree): `make
-#     generated_files`, then `go build ./cmd/kube-apiserver` with the
+#     generated_files`, then one `go build` of all five commands (they share
+#     most packages, so together is much faster than one by one), with the
 #     version stamped as v1.20.2.
 # Build trees live under the cache dir and are removed after a successful build
 # (KPLUG_KEEP_BUILD=1 keeps them). The source tarball is kept for rebuilds.
@@ -24,27 +30,36 @@ set -euo pipefail
 K8S_VERSION=v1.20.2
 K8S_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56 # upstream tag v1.20.2
 CACHE="${KPLUG_CACHE:-$HOME/.cache/kplug}"
-OUT_DIR="$CACHE/kube-apiserver-$K8S_VERSION"
-BIN="$OUT_DIR/kube-apiserver"
+OUT_DIR="$CACHE/kubernetes-$K8S_VERSION/bin"
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
-log() { echo "[kube-apiserver-build] $*" >&2; }
+log() { echo "[kube-build] $*" >&2; }
 
-if [ -x "$BIN" ]; then
-  echo "$BIN"
-  exit 0
-fi
+want="${1:-kube-apiserver}"
+case " ${COMPONENTS[*]} --dir " in
+  *" $want "*) ;;
+  *) log "unknown component '$want': one of ${COMPONENTS[*]}, or --dir"; exit 2 ;;
+esac
+
+# print_result: all five are built; print what was asked for.
+built() {
+  local c
+  for c in "${COMPONENTS[@]}"; do [ -x "$OUT_DIR/$c" ] || return 1; done
+}
+print_result() {
+  if [ "$want" = --dir ]; then echo "$OUT_DIR"; else echo "$OUT_DIR/$want"; fi
+}
+
+if built; then print_result; exit 0; fi
 
 mkdir -p "$CACHE" "$OUT_DIR"
 # One build at a time (parallel test runs may all call this).
-exec 9>"$CACHE/kube-apiserver-build.lock"
+exec 9>"$CACHE/kube-build.lock"
 if ! flock -n 9; then
-  log "another build is running; waiting for $CACHE/kube-apiserver-build.lock"
+  log "another build is running; waiting for $CACHE/kube-build.lock"
   flock 9
 fi
-if [ -x "$BIN" ]; then
-  echo "$BIN"
-  exit 0
-fi
+if built; then print_result; exit 0; fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -52,7 +67,7 @@ if [ "$(id -u)" != 0 ]; then
     log "not root and no sudo: cannot apt-get install"; fi
 fi
 
-BUILD_LOG="$CACHE/kube-apiserver-build.log"
+BUILD_LOG="$CACHE/kube-build.log"
 : >"$BUILD_LOG"
 log "build log: $BUILD_LOG"
 # run CMD...: runs quietly into the build log; shows its tail on failure.
@@ -113,7 +128,7 @@ TARBALL="$(orig_tarball)"
 log "source: $TARBALL"
 
 # --- 3. GOPATH tree -----------------------------------------------------------
-BUILD_DIR="$CACHE/build-kube-apiserver-$K8S_VERSION"
+BUILD_DIR="$CACHE/build-kubernetes-$K8S_VERSION"
 GOPATH_DIR="$BUILD_DIR/gopath"
 K8S_DIR="$GOPATH_DIR/src/k8s.io/kubernetes"
 export GOCACHE="$BUILD_DIR/go-build-cache"
@@ -148,7 +163,7 @@ if [ ! -f "$K8S_DIR/.kplug-generated" ]; then
   run make generated_files
   touch "$K8S_DIR/.kplug-generated"
 fi
-log "go build ./cmd/kube-apiserver (a few minutes)"
+log "go build ${COMPONENTS[*]} (a few minutes)"
 # Same stamps as upstream's hack/lib/version.sh. Both packages matter: the
 # --version flag reads component-base's, while GET /version is answered by the
 # aggregator, which reads client-go's. GOPATH mode puts vendored packages
@@ -161,16 +176,22 @@ for VPKG in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kubern
   ldflags+=" -X $VPKG.gitTreeState=clean"
   ldflags+=" -X $VPKG.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
-run go build -o "$BUILD_DIR/kube-apiserver" -ldflags "$ldflags" ./cmd/kube-apiserver
+mkdir -p "$BUILD_DIR/bin"
+packages=()
+for c in "${COMPONENTS[@]}"; do packages+=("./cmd/$c"); done
+# `go build -o DIR` with several main packages writes one binary per package.
+run go build -o "$BUILD_DIR/bin/" -ldflags "$ldflags" "${packages[@]}"
 log "built in $(( $(date +%s) - start ))s"
 
-got="$("$BUILD_DIR/kube-apiserver" --version 2>&1 || true)"
-case "$got" in
-  *"$K8S_VERSION"*) log "$got" ;;
-  *) log "unexpected version output: $got"; exit 1 ;;
-esac
-mv -f "$BUILD_DIR/kube-apiserver" "$BIN.tmp.$$"
-mv -f "$BIN.tmp.$$" "$BIN"
+for c in "${COMPONENTS[@]}"; do
+  got="$("$BUILD_DIR/bin/$c" --version 2>&1 || true)"
+  case "$got" in
+    *"$K8S_VERSION"*) log "$c: $got" ;;
+    *) log "$c: unexpected version output: $got"; exit 1 ;;
+  esac
+  mv -f "$BUILD_DIR/bin/$c" "$OUT_DIR/$c.tmp.$$"
+  mv -f "$OUT_DIR/$c.tmp.$$" "$OUT_DIR/$c"
+done
 
 cd /
 if [ "${KPLUG_KEEP_BUILD:-0}" != 1 ]; then
@@ -178,4 +199,4 @@ if [ "${KPLUG_KEEP_BUILD:-0}" != 1 ]; then
   chmod -R u+w "$BUILD_DIR" 2>/dev/null || true  # Go's module cache is read-only
   rm -rf "$BUILD_DIR"
 fi
-echo "$BIN"
+print_result
