@@ -9,6 +9,8 @@
 #   hack/cluster.sh env     # shell-sourceable settings of the running cluster
 #   hack/cluster.sh status  # exit 0 if every daemon runs
 #
+# KPLUG_CLUSTER_KUBELET_EXTRA_ARGS adds (word-split) kubelet flags.
+#
 # One cluster per machine, as root. State (certificates, etcd, containerd's
 # and the kubelet's folders, every daemon's log under logs/) lives in
 # KPLUG_CLUSTER_DIR (default /var/lib/kplug-cluster); Kubernetes binaries come
@@ -79,18 +81,23 @@ start_daemon() {
   setsid "$bin" "$@" </dev/null >"$LOGS/$name.log" 2>&1 &
   local pid=$!
   echo "$pid" >"$(pid_file "$name")"
-  wait_exec "$pid" "$(basename "$bin")" || fail_start "$name did not start"
+  wait_exec "$pid" "$(basename "$bin")" || fail_start "$name did not start" "$name"
 }
 
-# fail_start MESSAGE: says what failed, shows every daemon's last log lines,
-# and undoes what this `up` did.
+# fail_start MESSAGE [DAEMON]: says what failed, shows the last lines of
+# DAEMON's log (or of every daemon's), and undoes what this `up` did.
 fail_start() {
   log "$1"
-  local f
-  for f in "$LOGS"/*.log; do
-    [ -f "$f" ] || continue
-    log "--- last 20 lines of $f ---"
-    tail -n 20 "$f" >&2
+  local f logs=("$LOGS"/*.log)
+  [ -z "${2:-}" ] || logs=("$LOGS/$2.log")
+  for f in "${logs[@]}"; do
+    [ -f "$f" ] && [ "$(basename "$f")" != audit.log ] || continue
+    # A Go daemon's fatal error ends in a goroutine dump: its first errors
+    # say more than its last lines.
+    log "--- first errors in $f ---"
+    grep -m 8 -E '^[EF][0-9]{4} |^Error|level=(error|fatal)|"level":"(error|fatal)"' "$f" >&2 || true
+    log "--- last 15 lines of $f ---"
+    tail -n 15 "$f" >&2
   done
   log "cleaning up (hack/cluster.sh down)"
   cmd_down >&2 || true
@@ -103,7 +110,7 @@ wait_for() {
   local what="$1" timeout="$2" deadline name; shift 2
   deadline=$(( $(date +%s) + timeout ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    for name in "${STARTED[@]}"; do daemon_runs "$name" || fail_start "$name exited while waiting for $what"; done
+    for name in "${STARTED[@]}"; do daemon_runs "$name" || fail_start "$name exited while waiting for $what" "$name"; done
     "$@" >/dev/null 2>&1 && return 0
     sleep 0.25
   done
@@ -400,7 +407,8 @@ EOF
     --root-dir="$DIR/kubelet" \
     --cert-dir="$DIR/kubelet/pki" \
     --hostname-override="$NODE_NAME" \
-    --node-ip="$NODE_IP"
+    --node-ip="$NODE_IP" \
+    ${KPLUG_CLUSTER_KUBELET_EXTRA_ARGS:-}
   STARTED+=(kubelet)
   start_daemon kube-proxy "$bin_dir/kube-proxy" \
     --kubeconfig="$DIR/kube-proxy.kubeconfig" \

@@ -1,0 +1,158 @@
+"""The real cluster of ``hack/cluster.sh``, as tests use it.
+
+:class:`Cluster` wraps the settings that ``hack/cluster.sh env`` prints and
+runs kubectl against the cluster; :func:`leftovers` lists what a ``down``
+should have removed and did not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SH = REPO / "hack" / "cluster.sh"
+DEFAULT_DIR = Path(os.environ.get("KPLUG_CLUSTER_DIR", "/var/lib/kplug-cluster"))
+BRIDGE = "kplug0"
+
+T = TypeVar("T")
+
+
+def cluster_sh(*args: str, env: Mapping[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Runs ``hack/cluster.sh ARGS`` and returns what it did (never raises on its exit code)."""
+    return subprocess.run(
+        [str(CLUSTER_SH), *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
+    """Polls ``check`` until it returns something other than None or False; fails with ``what`` on the deadline."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except (subprocess.CalledProcessError, ValueError, KeyError) as error:
+            last_error = error
+            result = None
+        if result is not None and result is not False:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not after {timeout:.0f}s" + (f" (last error: {last_error})" if last_error else ""))
+
+
+@dataclass
+class Cluster:
+    """A running cluster: its ``env`` (what ``hack/cluster.sh env`` prints) and kubectl on it."""
+
+    env: dict[str, str]
+
+    @classmethod
+    def from_env_output(cls, text: str) -> Cluster:
+        env: dict[str, str] = {}
+        for line in text.splitlines():
+            if "=" not in line or line.startswith(("#", "export ")):
+                continue
+            key, _, value = line.partition("=")
+            words = shlex.split(value)
+            env[key] = words[0] if words else ""
+        return cls(env)
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.env["KUBECONFIG"]
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> str:
+        """Runs kubectl with the admin kubeconfig; raises CalledProcessError with its stderr on failure."""
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+        return result.stdout
+
+    def kubectl_json(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def apply(self, manifest: str, namespace: str | None = None) -> None:
+        self.kubectl(*(["-n", namespace] if namespace else []), "apply", "-f", "-", input=manifest)
+
+    def exec(self, namespace: str, pod: str, command: Sequence[str], timeout: float = 30) -> str:
+        return self.kubectl("-n", namespace, "exec", pod, "--", *command, timeout=timeout)
+
+    def ready_pods(self, namespace: str, selector: str) -> list[dict]:
+        pods = self.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"]
+        return [
+            pod
+            for pod in pods
+            if pod["metadata"].get("deletionTimestamp") is None
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+        ]
+
+    def logs_tail(self, lines: int = 30) -> str:
+        """The last lines of every daemon's log, for a failure message."""
+        out = []
+        for log in sorted(Path(self.env["KPLUG_CLUSTER_LOGS"]).glob("*.log")):
+            if log.name == "audit.log":
+                continue
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log} ---\n" + "\n".join(tail))
+        return "\n".join(out)
+
+
+def leftovers(cluster_dir: Path = DEFAULT_DIR) -> list[str]:
+    """What of a cluster is still on this machine: empty after a complete ``down``."""
+    found = []
+    if cluster_dir.exists():
+        found.append(f"state folder {cluster_dir}")
+    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode == 0:
+        found.append(f"bridge {BRIDGE}")
+    for table in ("filter", "nat", "mangle"):
+        saved = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, check=True).stdout
+        chains = [line.split()[0][1:] for line in saved.splitlines() if line.startswith((":KUBE-", ":KPLUG-"))]
+        if chains:
+            found.append(f"iptables {table} chains {chains}")
+    mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True, check=True).stdout
+    ours = [m for m in mounts.splitlines() if m.startswith((f"{cluster_dir}/", "/run/netns/cni-", "/var/run/netns/cni-"))]
+    if ours:
+        found.append(f"mounts {ours[:5]}")
+    netns = list(Path("/run/netns").glob("cni-*")) if Path("/run/netns").exists() else []
+    if netns:
+        found.append(f"network namespaces {netns}")
+    cgroups = list(Path("/sys/fs/cgroup").glob("*/kubepods"))
+    if cgroups:
+        found.append(f"cgroups {cgroups}")
+    if Path("/var/lib/cni").exists():
+        found.append("/var/lib/cni")
+    daemons = subprocess.run(
+        [
+            "pgrep",
+            "-a",
+            "-f",
+            "(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|containerd"
+            f"|containerd-shim-runc-v2|kplug-cluster-dns) .*{cluster_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    if daemons:
+        found.append(f"processes {daemons.splitlines()}")
+    return found
