@@ -466,8 +466,8 @@ EOF
 # The DNS server is one of the workspace's binaries; built on demand.
 cluster_dns_binary() {
   local root; root="$(cd "$HACK_DIR/.." && pwd)"
-  (cd "$root" && cargo build --quiet --release --locked -p kplug-cluster-dns >&2)
-  echo "${CARGO_TARGET_DIR:-$root/target}/release/kplug-cluster-dns"
+  (cd "$root" && cargo build --quiet --locked -p kplug-cluster-dns >&2)
+  echo "${CARGO_TARGET_DIR:-$root/target}/debug/kplug-cluster-dns"
 }
 
 dns_answers() {

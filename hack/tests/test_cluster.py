@@ -125,7 +125,11 @@ def test_services_reach_pods_from_the_host_and_from_pods(cluster: Cluster, toolb
 
 
 def nslookup(cluster: Cluster, pod: str, name: str) -> tuple[int, str]:
-    """busybox nslookup NAME in the pod, through its resolv.conf: (exit code, output)."""
+    """busybox nslookup NAME in the pod, through its resolv.conf: (exit code, output).
+
+    busybox tries every search domain and exits 1 if any had no answer, so
+    the addresses it printed are what tells.
+    """
     result = subprocess.run(
         ["kubectl", "--kubeconfig", cluster.kubeconfig, "-n", NS, "exec", pod, "--", "/bin/busybox", "nslookup", name],
         capture_output=True,
@@ -152,16 +156,18 @@ def test_pods_resolve_service_names_through_the_cluster_dns(cluster: Cluster, to
     ], f"a pod's resolv.conf names the cluster DNS alone:\n{resolv}"
 
     cluster_ip = cluster.kubectl("-n", NS, "get", "service", "toolbox", "-o", "jsonpath={.spec.clusterIP}")
-    for name in ("toolbox", f"toolbox.{NS}", f"toolbox.{NS}.svc", f"toolbox.{NS}.svc.cluster.local"):
-        code, output = nslookup(cluster, pod, name)
-        assert code == 0 and answered_addresses(output) == {cluster_ip}, f"{name}:\n{output}"
-    code, output = nslookup(cluster, pod, "kubernetes.default")
-    assert code == 0 and answered_addresses(output) == {"10.96.0.1"}, output
+    # busybox applies the search list to single labels only (glibc follows
+    # ndots:5); kplug's own pods resolve partial names in the install tests.
+    for name in ("toolbox", f"toolbox.{NS}.svc.cluster.local"):
+        _, output = nslookup(cluster, pod, name)
+        assert answered_addresses(output) == {cluster_ip}, f"{name}:\n{output}"
+    _, output = nslookup(cluster, pod, "kubernetes.default.svc.cluster.local")
+    assert answered_addresses(output) == {"10.96.0.1"}, output
 
     # Headless: one address per pod, in step with the pods.
     pod_ips = {p["status"]["podIP"] for p in cluster.ready_pods(NS, "app=toolbox")}
-    code, output = nslookup(cluster, pod, f"toolbox-headless.{NS}.svc")
-    assert code == 0 and answered_addresses(output) == pod_ips, output
+    _, output = nslookup(cluster, pod, f"toolbox-headless.{NS}.svc.cluster.local")
+    assert answered_addresses(output) == pod_ips, output
 
     cluster.kubectl("-n", NS, "scale", "deployment", "toolbox", "--replicas=3")
     try:
@@ -169,7 +175,7 @@ def test_pods_resolve_service_names_through_the_cluster_dns(cluster: Cluster, to
         three = {p["status"]["podIP"] for p in cluster.ready_pods(NS, "app=toolbox")}
         wait_for(
             "the headless name answering with 3 addresses",
-            lambda: answered_addresses(nslookup(cluster, pod, f"toolbox-headless.{NS}.svc")[1]) == three,
+            lambda: answered_addresses(nslookup(cluster, pod, f"toolbox-headless.{NS}.svc.cluster.local")[1]) == three,
             30,
         )
     finally:
@@ -206,8 +212,15 @@ def test_logs_and_a_restarted_container(cluster: Cluster, toolbox: list[str]) ->
     pod = toolbox[1]
     cluster.exec(NS, pod, ["/bin/busybox", "sh", "-c", "echo marker-from-exec > /proc/1/fd/1"])
     wait_for("the line in kubectl logs", lambda: "marker-from-exec" in cluster.kubectl("-n", NS, "logs", pod), 10)
-    # Killing the container's process: the kubelet restarts it in place.
-    cluster.exec(NS, pod, ["/bin/busybox", "kill", "1"])
+    # The container's process killed from outside (as the OOM killer would;
+    # inside, PID 1 ignores signals it has no handler for): the kubelet
+    # restarts it in place.
+    status = cluster.kubectl_json("-n", NS, "get", "pod", pod)["status"]["containerStatuses"][0]
+    container_id = status["containerID"].removeprefix("containerd://")
+    subprocess.run(
+        ["ctr", "--address", cluster.env["CONTAINERD_ADDRESS"], "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container_id],
+        check=True,
+    )
     wait_for(
         "the container restarted and Ready",
         lambda: any(
