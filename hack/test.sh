@@ -18,3 +18,6 @@ echo "== cargo test" >&2
 cargo test --workspace --locked
 echo "== pytest" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
+# The real cluster (hack/cluster.sh): up once for these tests, down after.
+echo "== cluster" >&2
+"${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" hack/tests
