@@ -3,7 +3,12 @@
 #
 #   docker build -f examples/database-table/deploy/postgresql-plugin.Dockerfile \
 #     -t ghcr.io/kplug/database-table-postgresql-plugin:0.1.0 .
-FROM python:3.12-slim-bookworm AS build
+#
+# The base image is a build argument (both stages: the virtualenv is tied to
+# its Python); hack/images.sh passes one it makes itself.
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
 RUN python -m venv /opt/venv
 COPY sdk/python /src/sdk/python
 COPY examples/database-table/postgresql-plugin /src/postgresql-plugin
@@ -11,7 +16,11 @@ COPY examples/database-table/postgresql-plugin /src/postgresql-plugin
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/venv/bin/pip install /src/sdk/python /src/postgresql-plugin
 
-FROM python:3.12-slim-bookworm
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="database-table-postgresql-plugin" \
+      org.opencontainers.image.description="The kplug walkthrough's DatabaseTable plugin for PostgreSQL (Python)" \
+      org.opencontainers.image.source="https://github.com/kplug/kplug" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
