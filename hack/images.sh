@@ -212,7 +212,7 @@ sweep() {
 # sources (deb822 or one-line), else Debian's defaults. KPLUG_DEBIAN_MIRROR
 # and KPLUG_DEBIAN_SECURITY_MIRROR override.
 mirrors() {
-  local main="" security="" f
+  local main="" security="" f m s
   for f in /etc/apt/sources.list.d/*.sources; do
     [ -f "$f" ] || continue
     # deb822 stanzas: the first URI of a stanza whose Suites name the suite.
