@@ -191,12 +191,13 @@ retire() {
 }
 
 sweep() {
-  local f="$CACHE/state/replaced" pass id dangling left
+  local f="$CACHE/state/replaced" id dangling left
   [ -s "$f" ] || return 0
-  for pass in 1 2 3; do
+  # Three rounds: an image becomes dangling once the images on it are gone.
+  for _ in 1 2 3; do
     dangling=" $(buildah images -q --no-trunc --filter dangling=true | sed 's/^sha256://' | tr '\n' ' ') "
     while read -r id; do
-      [[ "$dangling" == *" $id "* ]] && buildah rmi "$id" >/dev/null 2>&1 || true
+      if [[ "$dangling" == *" $id "* ]]; then buildah rmi "$id" >/dev/null 2>&1 || true; fi
     done <"$f"
   done
   left=""
@@ -675,14 +676,14 @@ build_one() {
   ref="$(image_ref "$name")"
   [ -f "$ROOT/$df.dockerignore" ] && ign="$ROOT/$df.dockerignore"
   [ -z "$ign" ] && [ -f "$ROOT/.dockerignore" ] && ign="$ROOT/.dockerignore"
-  for arg in $(sed -n 's/^ARG \([A-Z_]*\)=.*/\1/p' "$ROOT/$df"); do
+  while read -r arg; do
     [ -n "${BASE_OF_ARG[$arg]:-}" ] || continue
     base_ref="$BASE/${BASE_OF_ARG[$arg]}"
     base_id="$(image_id "$base_ref")"
     [ -n "$base_id" ] || die "base $base_ref is missing (hack/images.sh bases)"
     args+=(--build-arg "$arg=$base_ref")
     key+="$arg=$base_ref@$base_id "
-  done
+  done < <(sed -n 's/^ARG \([A-Z_]*\)=.*/\1/p' "$ROOT/$df")
   [ ${#args[@]} -gt 0 ] || die "$df declares none of the base image arguments (${!BASE_OF_ARG[*]})"
   ctx="$(context_hash "$ROOT" "$ign")"
   key="$({ echo "$BUILD_RECIPE $ref $key $ctx"; cat "$ROOT/$df"; [ -z "$ign" ] || cat "$ign"; buildah --version; } | sha)"
@@ -758,7 +759,7 @@ load() {
     archive="$CACHE/archives/$n.tar"
     ref="$(stamp_get "image-$n" ref)"
     config="$(stamp_get "image-$n" config)"
-    [ -f "$archive" ] && [ -n "$ref" ] || die "$n is not built: hack/images.sh build $n"
+    if [ ! -f "$archive" ] || [ -z "$ref" ]; then die "$n is not built: hack/images.sh build $n"; fi
     have="$(ctr -n k8s.io images ls "name==$ref" | awk 'NR == 2 {print $3}')"
     if [ -n "$have" ]; then
       have_config="$(ctr -n k8s.io content get "$have" 2>/dev/null |
