@@ -18,6 +18,10 @@ echo "== cargo test" >&2
 cargo test --workspace --locked
 echo "== pytest" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
+# kplug's images, from the Dockerfiles we ship (cached; about 12 minutes
+# the first time), for the cluster's tests to load.
+echo "== images" >&2
+hack/images.sh build
 # The real cluster (hack/cluster.sh): up once for these tests, down after.
 echo "== cluster" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" hack/tests
