@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from install import Installed, install
 from kubecluster import Cluster, cluster_sh, leftovers
 
 
@@ -44,3 +45,9 @@ def no_cluster() -> None:
     """The machine has no cluster now (a test that needs one absent says so)."""
     found = leftovers()
     assert not found, f"a cluster is on this machine: {found}"
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """kplug installed by README's steps, and the DatabaseTable plugins and operator by theirs."""
+    return install(cluster, tmp_path_factory.mktemp("install"))

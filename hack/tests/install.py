@@ -1,0 +1,174 @@
+"""kplug and the DatabaseTable plugins installed on the real cluster the way
+the READMEs tell users to, from a copy of what a fresh clone holds.
+
+Two steps differ, each for a reason the READMEs state: images are built by
+``hack/images.sh`` (no Docker engine, no registry here) and loaded into the
+node's containerd, and kplug's kustomization is applied through the
+Kubernetes 1.20 overlay of deploy/README.md (the test cluster is 1.20).
+Given database passwords, the plugins' Secrets get them in place of the
+README's ``PASSWORD``, as a user fills them in.
+
+``hack/walkthrough.sh --cluster`` runs this file (``main``) on a cluster it
+brought up: first the walkthrough's databases (``install_databases``, the
+block of examples/database-table/deploy/databases/README.md), then
+``install`` with their passwords.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubecluster import REPO, Cluster, cluster_sh
+from readme import replace_in_line, replace_line, shell_blocks, up_to_line
+
+KPLUG_NS = "kplug-system"
+PLUGINS_NS = "plugins"
+KPLUG_SELECTOR = "app.kubernetes.io/name=kplug"
+PLUGINS = ("database-table-postgresql-plugin", "database-table-mariadb-plugin")
+IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
+DATABASES_NS = "db"
+DATABASES_README = REPO / "examples" / "database-table" / "deploy" / "databases" / "README.md"
+DATABASE_IMAGES = ("walkthrough-postgres", "walkthrough-mariadb")
+# The environment variables databases/README.md's block takes the passwords
+# from, and the host of the plugin Secret (example README) each goes into.
+DATABASE_PASSWORDS = {"PG_PASSWORD": "postgres.db.svc", "MARIADB_PASSWORD": "mariadb.db.svc"}
+
+
+@dataclass
+class Installed:
+    cluster: Cluster
+    work: Path
+    """The copy of the repository's files the READMEs' commands ran in."""
+
+    @property
+    def serving_ca(self) -> Path:
+        return self.work / "certs" / "out" / "ca.crt"
+
+
+def run_script(
+    cluster: Cluster, work: Path, script: str, what: str, timeout: float = 600, env: Mapping[str, str] | None = None
+) -> None:
+    """Runs ``script`` with bash -euxo pipefail in ``work``; its output goes to work/.install-logs/."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    env = {
+        **os.environ,
+        **cluster.env,
+        # The certs/ scripts run this binary (documented in certs/kplug-apiserver.sh),
+        # built by hack/test.sh, instead of a release build through cargo.
+        "KPLUG_APISERVER": str(target / "debug" / "kplug-apiserver"),
+        **(env or {}),
+    }
+    result = subprocess.run(
+        ["bash", "-euxo", "pipefail", "-c", script],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    logs = work / ".install-logs"
+    logs.mkdir(exist_ok=True)
+    (logs / (re.sub(r"[^a-z0-9]+", "-", what.lower()).strip("-") + ".log")).write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        diagnosis = subprocess.run(
+            ["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods,apiservice", "-A", "-o", "wide"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        raise AssertionError(f"{what} failed ({result.returncode}):\n{result.stderr[-6000:]}\n{diagnosis}")
+
+
+def fresh_clone_files(work: Path) -> None:
+    """The tracked files the READMEs' commands use, as a fresh clone has them (no certs/out, no certs/plugins)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "certs", "deploy", "apiservice", "examples/database-table"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in tracked:
+        target = work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target)
+
+
+def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None = None) -> Installed:
+    """kplug, the plugins and the operator; ``db_passwords`` by database host (``postgres.db.svc``) fill the plugins' Secrets."""
+    fresh_clone_files(work)
+    load_images = f"{REPO}/hack/images.sh load {' '.join(IMAGES)}"
+
+    # README.md, "Installing into a cluster".
+    (kplug_steps,) = shell_blocks(REPO / "README.md", "Installing into a cluster")
+    (on_1_20,) = shell_blocks(REPO / "deploy" / "README.md", "Kubernetes 1.20")
+    kplug_steps = replace_line(kplug_steps, "docker build -f deploy/Dockerfile", load_images)
+    kplug_steps = replace_line(kplug_steps, "kubectl apply -k deploy/", on_1_20)
+    run_script(cluster, work, kplug_steps, "README.md's installation")
+
+    # examples/database-table/deploy/README.md, "Install", up to its watch.
+    plugin_steps = shell_blocks(REPO / "examples" / "database-table" / "deploy" / "README.md", "Install")[0]
+    plugin_steps = up_to_line(plugin_steps, "kubectl get plugins -w")
+    for host, password in (db_passwords or {}).items():
+        plugin_steps = replace_in_line(plugin_steps, f":PASSWORD@{host}:", "PASSWORD", password)
+    run_script(cluster, work, plugin_steps, "the DatabaseTable example's installation")
+    return Installed(cluster, work)
+
+
+def install_databases(cluster: Cluster, work: Path, passwords: Mapping[str, str]) -> None:
+    """The walkthrough's throwaway databases, by the block of their README; ``passwords`` as in DATABASE_PASSWORDS."""
+    fresh_clone_files(work)
+    steps = shell_blocks(DATABASES_README, "Install")[0]
+    run_script(cluster, work, steps, "the walkthrough databases' installation", env=passwords)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Installs kplug, the DatabaseTable plugins and operator into the running hack/cluster.sh "
+        "cluster by the READMEs' steps (the images must be built: hack/images.sh build).",
+    )
+    parser.add_argument("work", type=Path, help="an empty folder: the READMEs' commands run in a copy of the files there")
+    parser.add_argument(
+        "--databases",
+        action="store_true",
+        help="first the walkthrough's databases (examples/database-table/deploy/databases/README.md, images loaded), "
+        f"with the passwords in the environment ({', '.join(DATABASE_PASSWORDS)}), which the plugins' Secrets then get",
+    )
+    args = parser.parse_args(argv)
+    env = cluster_sh("env")
+    if env.returncode != 0:
+        print(f"install.py: no cluster: {env.stderr.strip()}", file=sys.stderr)
+        return 1
+    cluster = Cluster.from_env_output(env.stdout)
+    args.work.mkdir(parents=True, exist_ok=True)
+    db_passwords = None
+    try:
+        if args.databases:
+            missing = [name for name in DATABASE_PASSWORDS if not os.environ.get(name)]
+            if missing:
+                print(f"install.py: --databases needs {', '.join(missing)} in the environment", file=sys.stderr)
+                return 2
+            passwords = {name: os.environ[name] for name in DATABASE_PASSWORDS}
+            print(f"install.py: {DATABASES_README.relative_to(REPO)}, Install", file=sys.stderr)
+            install_databases(cluster, args.work, passwords)
+            db_passwords = {host: passwords[name] for name, host in DATABASE_PASSWORDS.items()}
+        print("install.py: README.md, Installing into a cluster; examples/database-table/deploy/README.md, Install", file=sys.stderr)
+        install(cluster, args.work, db_passwords)
+    except AssertionError as error:
+        print(f"install.py: {error}", file=sys.stderr)
+        return 1
+    print(f"install.py: installed; the commands' output is in {args.work / '.install-logs'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

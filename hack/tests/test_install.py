@@ -1,0 +1,82 @@
+"""kplug installed as README.md says, on the real cluster: the APIService
+Available through the real Service, two Ready replicas, and plugins
+heartbeating to both through the headless Service with projected tokens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from install import KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
+from kubecluster import wait_for
+
+
+def test_the_api_is_available_through_the_service(installed: Installed) -> None:
+    cluster = installed.cluster
+    apiservice = cluster.kubectl_json("get", "apiservice", "v1alpha1.plugins.kplug.io")
+    assert apiservice["spec"]["service"] == {"name": "kplug", "namespace": KPLUG_NS, "port": 443}
+    available = [c for c in apiservice["status"]["conditions"] if c["type"] == "Available"]
+    assert available and available[0]["status"] == "True", apiservice["status"]
+    assert len(cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR)) == 2
+    resources = cluster.kubectl("api-resources", "--api-group=plugins.kplug.io", "-o", "name")
+    assert "plugins.plugins.kplug.io" in resources.split()
+    # Discovery of every group works with kplug in it (an unavailable
+    # aggregated API fails the whole of `kubectl api-resources`).
+    cluster.kubectl("api-resources")
+
+
+def plugins_at(installed: Installed, pod_ip: str) -> dict[str, dict]:
+    """GET plugins from one kplug replica directly, as the cluster's admin (a client certificate kplug trusts)."""
+    pki = installed.cluster.env["KPLUG_CLUSTER_PKI_DIR"]
+    reply = subprocess.run(
+        [
+            "curl", "-sS", "--fail-with-body", "-m", "5",
+            "--resolve", f"kplug.{KPLUG_NS}.svc:8443:{pod_ip}",
+            "--cacert", str(installed.serving_ca),
+            "--cert", f"{pki}/admin.crt", "--key", f"{pki}/admin.key",
+            f"https://kplug.{KPLUG_NS}.svc:8443/apis/plugins.kplug.io/v1alpha1/plugins",
+        ],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {item["metadata"]["name"]: item for item in json.loads(reply.stdout)["items"]}
+
+
+def test_plugins_heartbeat_to_both_replicas_with_projected_tokens(installed: Installed) -> None:
+    cluster = installed.cluster
+    replicas = cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR)
+    assert len(replicas) == 2
+    plugin_pods = {p["metadata"]["name"] for p in cluster.kubectl_json("-n", PLUGINS_NS, "get", "pods")["items"] if p["metadata"]["name"].startswith(PLUGINS)}
+
+    def both_ready_everywhere() -> dict[str, dict[str, dict]] | None:
+        seen = {pod["metadata"]["name"]: plugins_at(installed, pod["status"]["podIP"]) for pod in replicas}
+        for plugins in seen.values():
+            for name in PLUGINS:
+                instances = plugins.get(name, {}).get("status", {}).get("instances", [])
+                if len([i for i in instances if i["ready"]]) != 2:
+                    return None
+        return seen
+
+    seen = wait_for("both plugins with 2 Ready instances on both kplug replicas", both_ready_everywhere, 120)
+    for replica, plugins in seen.items():
+        assert set(PLUGINS) <= set(plugins), f"{replica} lists {sorted(plugins)}"
+        for name in PLUGINS:
+            status = plugins[name]["status"]
+            # The heartbeats carried the plugin's own ServiceAccount token.
+            assert status["registeredBy"] == f"system:serviceaccount:{PLUGINS_NS}:{name}", status
+            instances = {i["name"] for i in status["instances"]}
+            assert instances <= plugin_pods, f"{replica}: instances {instances} are not the plugin pods {plugin_pods}"
+    first, second = seen.values()
+    assert {n: first[n]["spec"] for n in PLUGINS} == {n: second[n]["spec"] for n in PLUGINS}
+
+    # kubectl, through kube-apiserver and the kplug Service, sees them too.
+    listed = cluster.kubectl("get", "plugins", "-o", "name").split()
+    assert {f"plugin.plugins.kplug.io/{name}" for name in PLUGINS} <= set(listed)
+
+
+def test_the_registry_service_names_every_replica(installed: Installed) -> None:
+    """kplug-registry is headless: its name resolves to each kplug pod, as the SDKs need."""
+    cluster = installed.cluster
+    endpoints = cluster.kubectl_json("-n", KPLUG_NS, "get", "endpoints", "kplug-registry")
+    addresses = {a["ip"] for subset in endpoints.get("subsets", []) for a in subset.get("addresses", [])}
+    pod_ips = {p["status"]["podIP"] for p in cluster.kubectl_json("-n", KPLUG_NS, "get", "pods", "-l", KPLUG_SELECTOR)["items"]}
+    assert addresses == pod_ips
