@@ -11,6 +11,9 @@
 #   hack/walkthrough.sh           # set up, show the result and what to try next, then
 #                                 # wait for Ctrl-C (or SIGTERM), clean up and exit 0
 #   hack/walkthrough.sh --check   # set up, verify, clean up; exit 0 on success (for tests)
+#   hack/walkthrough.sh --cluster [--check]
+#                                 # the same story with pods on a real single-node
+#                                 # Kubernetes on this machine: hack/walkthrough-cluster.sh
 #
 # It runs hack/setup.sh first (kubectl, PostgreSQL, MariaDB, the Python
 # virtualenv, kube-apiserver; slow only the first time), then builds
@@ -38,6 +41,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+[ "${1:-}" != --cluster ] || exec "$ROOT/hack/walkthrough-cluster.sh" "${@:2}"
+# shellcheck source=hack/lib/walkthrough.sh
+. "$ROOT/hack/lib/walkthrough.sh"
 KUBECTL=/usr/bin/kubectl
 EXAMPLE="$ROOT/examples/database-table"
 VENV="${KPLUG_VENV:-$HOME/.cache/kplug/venv}"
@@ -46,7 +52,7 @@ TOKEN_SECONDS=86400
 PG_PLUGIN=database-table-postgresql-plugin
 MARIADB_PLUGIN=database-table-mariadb-plugin
 OPERATOR_SA=database-table-operator
-MARIADB_DATABASE=tables
+MARIADB_DATABASE="$WALKTHROUGH_DATABASE"
 MARIADB_USER=tables
 MARIADB_PASSWORD=walkthrough-password
 MARKER=.kplug-walkthrough
@@ -61,15 +67,6 @@ FAILED_LOGS_SHOWN=""
 CLEANED=""
 INTERRUPTED=""  # Ctrl-C or SIGTERM
 WAITING=""      # set up and waiting for Ctrl-C: an interrupt is the normal end
-
-step() { echo "== $*" >&2; }
-note() { echo "   $*" >&2; }
-
-# usage [STATUS]: the header above, then exit (2: a usage error).
-usage() {
-  awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}" >&2
-  exit "${1:-2}"
-}
 
 # show_logs: the last lines of every log, for a failure.
 show_logs() {
@@ -537,11 +534,8 @@ verify() {
   step "7/8 verifying: served by MariaDB, the table users has the columns id, name"
   local implementation columns
   implementation="$(k get databasetable users -o jsonpath='{.status.implementation}')"
-  [ "$implementation" = MariaDB ] || fail "status.implementation is '$implementation', not MariaDB"
-  columns="$(mariadb_root --skip-column-names -e "SELECT GROUP_CONCAT(column_name ORDER BY ordinal_position)
-    FROM information_schema.columns WHERE table_schema = '$MARIADB_DATABASE' AND table_name = 'users'")"
-  [ "$columns" = "id,name" ] || fail "MariaDB's table users has the columns '$columns', not 'id,name'"
-  note "ok: status.implementation=MariaDB, columns $columns"
+  columns="$(mariadb_root --skip-column-names -e "$WALKTHROUGH_COLUMNS_SQL")"
+  check_result "$implementation" "$columns"
 }
 
 print_hints() {
@@ -559,7 +553,7 @@ print_hints() {
   kubectl api-resources --api-group plugins.kplug.io
 
   # Change the table: the operator delegates again and the plugin alters it.
-  kubectl patch dbtable users --type merge -p '{"spec":{"columns":[{"name":"id","type":"uint64"},{"name":"name","type":"string"},{"name":"email","type":"string"}]}}'
+  kubectl patch dbtable users --type merge -p '$WALKTHROUGH_ADD_EMAIL'
   $MARIADB_CLIENT --no-defaults --socket=$MARIADB_SOCKET --user=root $MARIADB_DATABASE -e 'show create table users\\G'
 
   # Freeze the MariaDB plugin: its heartbeats stop, kplug marks it Ready=False
@@ -567,13 +561,13 @@ print_hints() {
   # waits for MariaDB (Sticky binding: its data never moves silently), with
   # Synced=False PluginUnavailable, and catches up when the plugin is back.
   kill -STOP $mariadb_pid; sleep 4; kubectl get plugins
-  kubectl patch dbtable users --type merge -p '{"spec":{"columns":[{"name":"id","type":"uint64"},{"name":"name","type":"string"},{"name":"email","type":"text"}]}}'
+  kubectl patch dbtable users --type merge -p '$WALKTHROUGH_EMAIL_TEXT'
   sleep 2; kubectl describe dbtable users | tail -n 8
   kill -CONT $mariadb_pid; sleep 4; kubectl describe dbtable users | tail -n 8
   # (kill $mariadb_pid stops it for good: it deregisters at once.)
 
   # A table that prefers PostgreSQL goes to the Python plugin (pid $pg_pid):
-  echo '{"apiVersion":"myorg.org/v1alpha1","kind":"DatabaseTable","metadata":{"name":"accounts"},"spec":{"serverName":"accounts-db","preferredImplementation":"PostgreSQL","columns":[{"name":"id","type":"uint64"},{"name":"owner","type":"string"}]}}' | kubectl apply -f -
+  echo '$WALKTHROUGH_ACCOUNTS' | kubectl apply -f -
   kubectl get dbtable; psql '$PG_DSN' -c '\\d accounts'
 
   kubectl delete dbtable users            # the finalizer lets the plugin drop the table first
