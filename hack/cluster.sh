@@ -41,6 +41,10 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LOG_PREFIX=cluster
 # shellcheck source=hack/lib/common.sh
 . "$HACK_DIR/lib/common.sh"
+# shellcheck source=hack/lib/cluster-images.sh
+. "$HACK_DIR/lib/cluster-images.sh"
+# shellcheck source=hack/lib/cluster-cleanup.sh
+. "$HACK_DIR/lib/cluster-cleanup.sh"
 
 DIR="${KPLUG_CLUSTER_DIR:-/var/lib/kplug-cluster}"
 PKI="$DIR/pki"
@@ -91,7 +95,7 @@ fail_start() {
   local f logs=("$LOGS"/*.log)
   [ -z "${2:-}" ] || logs=("$LOGS/$2.log")
   for f in "${logs[@]}"; do
-    [ -f "$f" ] && [ "$(basename "$f")" != audit.log ] || continue
+    if [ ! -f "$f" ] || [ "$(basename "$f")" = audit.log ]; then continue; fi
     # A Go daemon's fatal error ends in a goroutine dump: its first errors
     # say more than its last lines.
     log "--- first errors in $f ---"
@@ -145,12 +149,12 @@ preflight() {
   for port in "${FIXED_PORTS[@]}"; do
     [ -z "$(ss -Htanl "( sport = :$port )" 2>/dev/null)" ] || taken+=("$port")
   done
-  [ -z "$(ss -Huanl "( sport = :53 )" 2>/dev/null | grep -F "$NODE_IP")" ] || taken+=("$NODE_IP:53/udp")
+  if ss -Huanl "( sport = :53 )" 2>/dev/null | grep -qF "$NODE_IP"; then taken+=("$NODE_IP:53/udp"); fi
   [ ${#taken[@]} -eq 0 ] || die "port(s) ${taken[*]} already in use ($(ss -Htanlp "( sport = :${taken[0]%%[:/]*} )" 2>/dev/null | awk '{print $NF}' | head -1)): stop what listens there; the cluster needs ${FIXED_PORTS[*]}"
   ! ip link show "$BRIDGE" >/dev/null 2>&1 || die "network interface $BRIDGE exists already: a cluster was not torn down (hack/cluster.sh down) or another program owns it"
   local cidr
   for cidr in "$POD_CIDR" "$SERVICE_CIDR"; do
-    if [ -n "$(ip -4 route show to match "${cidr%/*}" | grep -v '^default')" ] || [ -n "$(ip -4 route show root "$cidr")" ]; then
+    if ip -4 route show to match "${cidr%/*}" | grep -qv '^default' || [ -n "$(ip -4 route show root "$cidr")" ]; then
       die "subnet $cidr is in use on this machine ($(ip -4 route show to match "${cidr%/*}" | grep -v '^default' | head -1)): the cluster needs it for its $( [ "$cidr" = "$POD_CIDR" ] && echo pods || echo Services)"
     fi
   done
@@ -170,62 +174,6 @@ make_pki() {
   for who in admin kube-controller-manager kube-scheduler kube-proxy kubelet cluster-dns; do
     write_kubeconfig "https://$NODE_IP:$API_PORT" "$who" "$DIR/$who.kubeconfig"
   done
-}
-
-# The pause image from the same source as the binaries (no registry here),
-# and a toolbox for tests (Debian's static busybox: sh, nslookup, nc, httpd;
-# its wget crashes in a container without glibc's files, so tests use nc).
-PAUSE_IMAGE=registry.k8s.io/pause:3.4.1
-TOOLBOX_IMAGE=kplug.local/toolbox:1
-import_cluster_images() {
-  local cache work
-  cache="$(dirname "$("$HACK_DIR/kube-build.sh" --dir)")/images"
-  mkdir -p "$cache"
-  if [ ! -f "$cache/pause.tar" ]; then
-    local tarball
-    tarball="$(ls "${KPLUG_CACHE:-$HOME/.cache/kplug}"/src/kubernetes_*really1.20.2*.orig.tar.* | head -n1)"
-    work="$(mktemp -d)"
-    tar -xf "$tarball" -C "$work" --wildcards '*/build/pause/linux/pause.c' --strip-components=4
-    mkdir "$work/root"
-    gcc -Os -static -o "$work/root/pause" "$work/pause.c" -DVERSION=v3.4.1-kplug
-    strip "$work/root/pause"
-    oci_image_archive "$work/root" /pause 65535 "$PAUSE_IMAGE" "$cache/pause.tar"
-    rm -rf "$work"
-  fi
-  work="$(mktemp -d)"
-  mkdir -p "$work/bin" "$work/tmp"
-  chmod 1777 "$work/tmp"
-  cp /bin/busybox "$work/bin/busybox"
-  oci_image_archive "$work" /bin/busybox 65534 "$TOOLBOX_IMAGE" "$cache/toolbox.tar"
-  rm -rf "$work"
-  local image
-  for image in pause toolbox; do
-    ctr --address "$DIR/containerd/containerd.sock" -n k8s.io images import "$cache/$image.tar" >/dev/null
-  done
-}
-
-# oci_image_archive ROOT ENTRYPOINT UID REF OUT: an OCI image archive (what
-# `ctr images import` reads) of one layer holding the folder ROOT, run as UID.
-oci_image_archive() {
-  local root="$1" entry="$2" uid="$3" ref="$4" out="$5" layout
-  layout="$(mktemp -d)"
-  mkdir -p "$layout/blobs/sha256"
-  tar --owner=0 --group=0 --numeric-owner --mtime=@0 --sort=name -C "$root" -cf "$layout/layer.tar" .
-  local layer_digest layer_size config config_digest manifest manifest_digest
-  layer_digest="$(sha256sum "$layout/layer.tar" | cut -d' ' -f1)"
-  layer_size="$(stat -c %s "$layout/layer.tar")"
-  mv "$layout/layer.tar" "$layout/blobs/sha256/$layer_digest"
-  config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"$entry\"],\"User\":\"$uid:$uid\"},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_digest\"]}}"
-  config_digest="$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)"
-  printf '%s' "$config" >"$layout/blobs/sha256/$config_digest"
-  manifest="{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:$config_digest\",\"size\":${#config}},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$layer_digest\",\"size\":$layer_size}]}"
-  manifest_digest="$(printf '%s' "$manifest" | sha256sum | cut -d' ' -f1)"
-  printf '%s' "$manifest" >"$layout/blobs/sha256/$manifest_digest"
-  printf '%s' "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$manifest_digest\",\"size\":${#manifest},\"annotations\":{\"io.containerd.image.name\":\"$ref\",\"org.opencontainers.image.ref.name\":\"${ref##*:}\"}}]}" >"$layout/index.json"
-  printf '%s' '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
-  tar -C "$layout" -cf "$out.tmp" oci-layout index.json blobs
-  mv -f "$out.tmp" "$out"
-  rm -rf "$layout"
 }
 
 setup_network() {
@@ -312,6 +260,7 @@ start_control_plane() {
   echo "$ETCD_PID" >"$(pid_file etcd)"
   STARTED+=(etcd)
 
+  # shellcheck disable=SC2054 # the commas are inside flags' values
   local args=(
     --advertise-address="$NODE_IP"
     --bind-address="$NODE_IP"
@@ -396,6 +345,8 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 serializeImagePulls: false
 EOF
+  local extra=()
+  read -ra extra <<<"${KPLUG_CLUSTER_KUBELET_EXTRA_ARGS:-}"
   # AWS_EC2_METADATA_DISABLED: kubelet 1.20's built-in AWS credential
   # provider otherwise calls 169.254.169.254, off the machine.
   AWS_EC2_METADATA_DISABLED=true start_daemon kubelet "$bin_dir/kubelet" \
@@ -408,7 +359,7 @@ EOF
     --cert-dir="$DIR/kubelet/pki" \
     --hostname-override="$NODE_NAME" \
     --node-ip="$NODE_IP" \
-    ${KPLUG_CLUSTER_KUBELET_EXTRA_ARGS:-}
+    "${extra[@]}"
   STARTED+=(kubelet)
   start_daemon kube-proxy "$bin_dir/kube-proxy" \
     --kubeconfig="$DIR/kube-proxy.kubeconfig" \
@@ -567,72 +518,6 @@ cmd_down() {
   [ -f "$DIR/sysctl.bridge-nf-call-iptables" ] && cat "$DIR/sysctl.bridge-nf-call-iptables" >/proc/sys/net/bridge/bridge-nf-call-iptables
   rm -rf "$DIR"
   log "down: nothing of the cluster is left"
-}
-
-# Containers: killed through containerd while it still runs, so their shims
-# exit and their network namespaces are released.
-remove_containers() {
-  local sock="$DIR/containerd/containerd.sock" task
-  daemon_runs containerd && [ -S "$sock" ] || return 0
-  local ctr=(ctr --address "$sock" -n k8s.io)
-  for task in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
-    "${ctr[@]}" tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true
-  done
-  for task in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
-    "${ctr[@]}" tasks delete -f "$task" >/dev/null 2>&1 || true
-  done
-}
-
-# Anything still in the pods' cgroups (a shim that outlived containerd, a
-# container whose task was not found), and the shims of our containerd.
-kill_pod_processes() {
-  local procs pid
-  procs="$(cat /sys/fs/cgroup/pids/kubepods/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/cgroup.procs \
-    /sys/fs/cgroup/pids/kubepods/*/*/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/*/*/cgroup.procs 2>/dev/null || true)"
-  for pid in $procs $(pgrep -f "containerd-shim-runc-v2 .*-address $DIR/containerd/containerd.sock" || true); do
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-}
-
-remove_mounts() {
-  local target
-  # Deepest first. The pods' network namespaces are bind mounts under
-  # /run/netns named cni-*; only our containerd made them (one cluster per
-  # machine, and no other CRI runtime here).
-  for target in $( { findmnt -rn -o TARGET | grep -E "^$DIR/|^/run/netns/cni-|^/var/run/netns/cni-" || true; } | sort -r); do
-    umount -l "$target" 2>/dev/null || true
-  done
-  rm -f /run/netns/cni-* 2>/dev/null || true
-  # libcni's cache of our pods' network results (containerd keeps it there).
-  rm -f /var/lib/cni/results/kplug-* /var/lib/cni/results/cni-loopback-*
-  rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
-}
-
-remove_pod_cgroups() {
-  local hierarchy
-  for hierarchy in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-    [ -d "$hierarchy" ] || continue
-    find "$hierarchy" -depth -type d -exec rmdir {} + 2>/dev/null || true
-  done
-}
-
-# kube-proxy's and the kubelet's chains (KUBE-*) and ours, in every table:
-# first the rules that jump to them, then the chains.
-remove_iptables_rules() {
-  local table rule chain
-  for table in filter nat mangle; do
-    { iptables-save -t "$table" 2>/dev/null | grep -E "^-A [A-Z]+ .*-j (KUBE-|$EGRESS_CHAIN)" | grep -Ev '^-A (KUBE-|KPLUG-)' || true; } |
-      while read -r rule; do
-        # iptables-save quotes comments the way the shell does.
-        eval "iptables -w -t $table ${rule/-A /-D }" 2>/dev/null || true
-      done
-    for chain in $(iptables-save -t "$table" 2>/dev/null | awk -v egress=":$EGRESS_CHAIN" '$1 ~ /^:KUBE-/ || $1 == egress {print substr($1, 2)}'); do
-      iptables -w -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $(iptables-save -t "$table" 2>/dev/null | awk -v egress=":$EGRESS_CHAIN" '$1 ~ /^:KUBE-/ || $1 == egress {print substr($1, 2)}'); do
-      iptables -w -t "$table" -X "$chain" 2>/dev/null || true
-    done
-  done
 }
 
 cmd_env() {

@@ -40,8 +40,8 @@ usage() {
 
 # free_port EXCLUDED...: a TCP port nobody listens on 127.0.0.1.
 free_port() {
-  local p i
-  for i in $(seq 1 200); do
+  local p
+  for _ in $(seq 1 200); do
     # 20000-32767: below Linux's default ephemeral range (32768-60999).
     p=$(( 20000 + RANDOM % 12768 ))
     case " $* " in *" $p "*) continue ;; esac
@@ -116,8 +116,10 @@ cmd_start() {
     --authorization-mode=RBAC
     --service-cluster-ip-range="$SERVICE_CIDR"
     --endpoint-reconciler-type=none
-    ${KPLUG_CP_APISERVER_EXTRA_ARGS:-}
   )
+  local extra=()
+  read -ra extra <<<"${KPLUG_CP_APISERVER_EXTRA_ARGS:-}"
+  args+=("${extra[@]}")
   mapfile -t -O "${#args[@]}" args < <(kube_apiserver_pki_args)
   printf '%s\n' "$bin" "${args[@]}" >"$DIR/kube-apiserver.args"
   log "starting kube-apiserver on $api_url"

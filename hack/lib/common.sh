@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers shared by hack/control-plane.sh and hack/cluster.sh: logging,
 # processes recorded by PID, certificates made with openssl, kubeconfigs.
 # Source it; set LOG_PREFIX first, and PKI before the certificate helpers.
@@ -17,8 +18,7 @@ pid_is() {
 # wait_exec PID NAME: right after `cmd &`, PID is still the forked shell (or
 # setsid) for a moment; wait until it has exec'd NAME.
 wait_exec() {
-  local i
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     pid_is "$1" "$2" && return 0
     kill -0 "$1" 2>/dev/null || return 1
     sleep 0.05
@@ -163,7 +163,7 @@ kube_apiserver_pki_args() {
 # loopback, healthy before this returns; sets ETCD_PID. Calls fail_start (the
 # caller's) on failure.
 start_etcd() {
-  local data="$1" logfile="$2" client_url="http://127.0.0.1:$3" peer_url="http://127.0.0.1:$4" i
+  local data="$1" logfile="$2" client_url="http://127.0.0.1:$3" peer_url="http://127.0.0.1:$4"
   mkdir -p "$data"
   chmod 700 "$data"
   log "starting etcd on $client_url"
@@ -182,7 +182,7 @@ start_etcd() {
     </dev/null >"$logfile" 2>&1 &
   ETCD_PID=$!
   wait_exec "$ETCD_PID" etcd || fail_start "etcd did not start"
-  for i in $(seq 1 300); do
+  for _ in $(seq 1 300); do
     pid_is "$ETCD_PID" etcd || fail_start "etcd exited"
     curl -fsS -m 2 "$client_url/health" 2>/dev/null | grep -q '"health":"true"' && return 0
     sleep 0.1
