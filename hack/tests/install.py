@@ -11,7 +11,9 @@ README's ``PASSWORD``, as a user fills them in.
 ``hack/walkthrough.sh --cluster`` runs this file (``main``) on a cluster it
 brought up: first the walkthrough's databases (``install_databases``, the
 block of examples/database-table/deploy/databases/README.md), then
-``install`` with their passwords.
+``install`` with their passwords. The in-cluster benches run it with
+``--example hello``: kplug, then the hello plugin by the block of
+examples/hello-rust/deploy/README.md (``install_hello``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ PLUGINS_NS = "plugins"
 KPLUG_SELECTOR = "app.kubernetes.io/name=kplug"
 PLUGINS = ("database-table-postgresql-plugin", "database-table-mariadb-plugin")
 IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
+HELLO_README = REPO / "examples" / "hello-rust" / "deploy" / "README.md"
+# The in-cluster benches run the operator of their own resource beside it.
+HELLO_IMAGES = ("kplug-apiserver", "kplug-operator", "hello-plugin")
 DATABASES_NS = "db"
 DATABASES_README = REPO / "examples" / "database-table" / "deploy" / "databases" / "README.md"
 DATABASE_IMAGES = ("walkthrough-postgres", "walkthrough-mariadb")
@@ -62,8 +67,8 @@ def run_script(
         **os.environ,
         **cluster.env,
         # The certs/ scripts run this binary (documented in certs/kplug-apiserver.sh),
-        # built by hack/test.sh, instead of a release build through cargo.
-        "KPLUG_APISERVER": str(target / "debug" / "kplug-apiserver"),
+        # built by hack/test.sh (or the one given), instead of a release build through cargo.
+        "KPLUG_APISERVER": os.environ.get("KPLUG_APISERVER") or str(target / "debug" / "kplug-apiserver"),
         **(env or {}),
     }
     result = subprocess.run(
@@ -91,7 +96,7 @@ def run_script(
 def fresh_clone_files(work: Path) -> None:
     """The tracked files the READMEs' commands use, as a fresh clone has them (no certs/out, no certs/plugins)."""
     tracked = subprocess.run(
-        ["git", "ls-files", "certs", "deploy", "apiservice", "examples/database-table"],
+        ["git", "ls-files", "certs", "deploy", "apiservice", "examples/database-table", "examples/hello-rust/deploy"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -105,15 +110,7 @@ def fresh_clone_files(work: Path) -> None:
 
 def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None = None) -> Installed:
     """kplug, the plugins and the operator; ``db_passwords`` by database host (``postgres.db.svc``) fill the plugins' Secrets."""
-    fresh_clone_files(work)
-    load_images = f"{REPO}/hack/images.sh load {' '.join(IMAGES)}"
-
-    # README.md, "Installing into a cluster".
-    (kplug_steps,) = shell_blocks(REPO / "README.md", "Installing into a cluster")
-    (on_1_20,) = shell_blocks(REPO / "deploy" / "README.md", "Kubernetes 1.20")
-    kplug_steps = replace_line(kplug_steps, "docker build -f deploy/Dockerfile", load_images)
-    kplug_steps = replace_line(kplug_steps, "kubectl apply -k deploy/", on_1_20)
-    run_script(cluster, work, kplug_steps, "README.md's installation")
+    installed = install_kplug(cluster, work, IMAGES)
 
     # examples/database-table/deploy/README.md, "Install", up to its watch.
     plugin_steps = shell_blocks(REPO / "examples" / "database-table" / "deploy" / "README.md", "Install")[0]
@@ -121,7 +118,29 @@ def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None
     for host, password in (db_passwords or {}).items():
         plugin_steps = replace_in_line(plugin_steps, f":PASSWORD@{host}:", "PASSWORD", password)
     run_script(cluster, work, plugin_steps, "the DatabaseTable example's installation")
+    return installed
+
+
+def install_kplug(cluster: Cluster, work: Path, images: tuple[str, ...]) -> Installed:
+    """kplug by README.md's steps, with ``images`` loaded into the node's containerd in place of step 1."""
+    fresh_clone_files(work)
+    load_images = f"{REPO}/hack/images.sh load {' '.join(images)}"
+
+    # README.md, "Installing into a cluster".
+    (kplug_steps,) = shell_blocks(REPO / "README.md", "Installing into a cluster")
+    (on_1_20,) = shell_blocks(REPO / "deploy" / "README.md", "Kubernetes 1.20")
+    kplug_steps = replace_line(kplug_steps, "docker build -f deploy/Dockerfile", load_images)
+    kplug_steps = replace_line(kplug_steps, "kubectl apply -k deploy/", on_1_20)
+    run_script(cluster, work, kplug_steps, "README.md's installation")
     return Installed(cluster, work)
+
+
+def install_hello(cluster: Cluster, work: Path) -> Installed:
+    """kplug, then the hello plugin by examples/hello-rust/deploy/README.md's block (its image among kplug's)."""
+    installed = install_kplug(cluster, work, HELLO_IMAGES)
+    (hello_steps,) = shell_blocks(HELLO_README, "Install")
+    run_script(cluster, work, hello_steps, "the hello plugin's installation")
+    return installed
 
 
 def install_databases(cluster: Cluster, work: Path, passwords: Mapping[str, str]) -> None:
@@ -133,8 +152,8 @@ def install_databases(cluster: Cluster, work: Path, passwords: Mapping[str, str]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Installs kplug, the DatabaseTable plugins and operator into the running hack/cluster.sh "
-        "cluster by the READMEs' steps (the images must be built: hack/images.sh build).",
+        description="Installs kplug, the DatabaseTable plugins and operator (or the hello plugin) into the running "
+        "hack/cluster.sh cluster by the READMEs' steps (the images must be built: hack/images.sh build).",
     )
     parser.add_argument("work", type=Path, help="an empty folder: the READMEs' commands run in a copy of the files there")
     parser.add_argument(
@@ -143,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         help="first the walkthrough's databases (examples/database-table/deploy/databases/README.md, images loaded), "
         f"with the passwords in the environment ({', '.join(DATABASE_PASSWORDS)}), which the plugins' Secrets then get",
     )
+    parser.add_argument(
+        "--example",
+        choices=("database-table", "hello"),
+        default="database-table",
+        help="the plugins installed after kplug: the DatabaseTable example's, with its operator (the default), or the "
+        f"hello plugin ({HELLO_README.relative_to(REPO)}; its images: {', '.join(HELLO_IMAGES)})",
+    )
     args = parser.parse_args(argv)
+    if args.databases and args.example != "database-table":
+        parser.error("--databases goes with --example database-table")
     env = cluster_sh("env")
     if env.returncode != 0:
         print(f"install.py: no cluster: {env.stderr.strip()}", file=sys.stderr)
@@ -161,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"install.py: {DATABASES_README.relative_to(REPO)}, Install", file=sys.stderr)
             install_databases(cluster, args.work, passwords)
             db_passwords = {host: passwords[name] for name, host in DATABASE_PASSWORDS.items()}
-        print("install.py: README.md, Installing into a cluster; examples/database-table/deploy/README.md, Install", file=sys.stderr)
-        install(cluster, args.work, db_passwords)
+        if args.example == "hello":
+            print(f"install.py: README.md, Installing into a cluster; {HELLO_README.relative_to(REPO)}, Install", file=sys.stderr)
+            install_hello(cluster, args.work)
+        else:
+            print("install.py: README.md, Installing into a cluster; examples/database-table/deploy/README.md, Install", file=sys.stderr)
+            install(cluster, args.work, db_passwords)
     except AssertionError as error:
         print(f"install.py: {error}", file=sys.stderr)
         return 1
