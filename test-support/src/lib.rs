@@ -17,6 +17,7 @@ mod control_plane;
 mod credentials;
 mod curl;
 pub mod database_table;
+pub mod in_cluster;
 mod kplug;
 mod kube_client;
 mod kubectl;
