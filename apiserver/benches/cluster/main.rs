@@ -24,12 +24,14 @@
 //! Results go to stdout as Markdown (for BENCHMARKS.md), progress to stderr.
 //! Run with `cargo build --release -p kplug-apiserver -p kplug-example-hello
 //! && cargo bench -p kplug-apiserver --bench cluster`.
-
 //!
 //! `clients` dials kplug and kube-apiserver; `lists` and `reconciles`
-//! measure and report one part each.
+//! measure and report one part each. With `KPLUG_BENCH_IN_CLUSTER=1` it
+//! measures kplug and the plugin as pods on the real cluster of
+//! `hack/cluster.sh` instead (`in_cluster`).
 
 mod clients;
+mod in_cluster;
 mod lists;
 mod reconciles;
 #[path = "../support/mod.rs"]
@@ -84,6 +86,9 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<()> {
+    if kplug_test_support::in_cluster::requested() {
+        return in_cluster::main();
+    }
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let hello_binary = target_binary("hello-plugin", BUILD)?;
     ensure!(Path::new(KUBECTL).exists(), "{KUBECTL} is missing");

@@ -20,7 +20,7 @@ pub(super) struct ReconcileRuns {
 }
 
 /// A Greeting whose compact JSON is exactly `bytes` long.
-fn object_of_size(bytes: usize) -> Result<Value> {
+pub(super) fn object_of_size(bytes: usize) -> Result<Value> {
     let mut object = json!({
         "apiVersion": "example.com/v1",
         "kind": "Greeting",
