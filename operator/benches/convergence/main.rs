@@ -40,7 +40,12 @@
 //! (`KPLUG_BENCH_OPERATOR_LOG=info,kplug_operator=debug` for more). Run with
 //! `cargo build --release -p kplug-apiserver -p kplug-operator -p
 //! kplug-example-hello && cargo bench -p kplug-operator --bench convergence`.
+//!
+//! With `KPLUG_BENCH_IN_CLUSTER=1` it measures the same against kplug, the
+//! plugin and the operator as pods on the real cluster of `hack/cluster.sh`
+//! (`in_cluster`).
 
+mod in_cluster;
 mod phases;
 mod report;
 mod watch;
@@ -57,7 +62,7 @@ use kplug_test_support::{
 use serde_json::Value;
 
 use phases::measure;
-use report::{OperatorLog, Report, print_report};
+use report::{OperatorLog, Report, Setting, print_report};
 
 /// Builds the three binaries measured here.
 const BUILD: &str =
@@ -115,6 +120,9 @@ const QUIET_WINDOW: Duration = Duration::from_secs(1);
 const QUIET_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<()> {
+    if kplug_test_support::in_cluster::requested() {
+        return in_cluster::main();
+    }
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let operator_binary = target_binary("kplug-operator", BUILD)?;
     let hello_binary = target_binary("hello-plugin", BUILD)?;
@@ -210,7 +218,15 @@ fn main() -> Result<()> {
                 &PathBuf::from(cluster.var("KPLUG_APISERVER_BIN")),
             ),
         ],
-        apiserver_version: cluster.var("KPLUG_APISERVER_VERSION"),
+        setting: Setting {
+            title: "Operator: apply → Ready, and 1,000 objects",
+            shared_by: "kube-apiserver, etcd, kplug, the operator, the plugin and the bench",
+            cluster: format!(
+                "kube-apiserver {} and etcd from `hack/control-plane.sh`",
+                cluster.var("KPLUG_APISERVER_VERSION")
+            ),
+            command: COMMAND,
+        },
     })?;
     Ok(())
 }

@@ -9,8 +9,8 @@ use kplug_test_support::report::{Machine, ms, seconds, thousands};
 
 use crate::phases::Results;
 use crate::{
-    BASELINE_NAMESPACE, COMMAND, IN_FLIGHT, LATENCY_OBJECTS, NAMESPACE, OBJECTS, QUIET_SHARE,
-    QUIET_WINDOW, SETTLE, TARGET, WARMUP_OBJECTS,
+    BASELINE_NAMESPACE, IN_FLIGHT, LATENCY_OBJECTS, NAMESPACE, OBJECTS, QUIET_SHARE, QUIET_WINDOW,
+    SETTLE, TARGET, WARMUP_OBJECTS,
 };
 
 pub struct OperatorLog {
@@ -51,12 +51,21 @@ pub struct Report<'a> {
     pub processes: &'a [(&'static str, u32)],
     pub load_at_start: &'a str,
     pub binaries: &'a [(&'a str, &'a Path)],
-    pub apiserver_version: String,
+    /// Where it ran: the section's title, what shared the CPUs, the
+    /// cluster, and the command.
+    pub setting: Setting<'a>,
+}
+
+pub struct Setting<'a> {
+    pub title: &'a str,
+    pub shared_by: &'a str,
+    pub cluster: String,
+    pub command: &'a str,
 }
 
 pub fn print_report(report: &Report<'_>) -> Result<()> {
     let r = report.results;
-    println!("## Operator: apply → Ready, and 1,000 objects\n");
+    println!("## {}\n", report.setting.title);
     print_machine(report)?;
 
     println!("### Apply → Ready, one object at a time\n");
@@ -290,7 +299,7 @@ fn print_machine(report: &Report<'_>) -> Result<()> {
         .collect();
     Machine {
         heading: "### Machine",
-        shared_by: "kube-apiserver, etcd, kplug, the operator, the plugin and the bench",
+        shared_by: report.setting.shared_by,
         memory: false,
         notes: &[
             format!("Load average before the run: {}", report.load_at_start),
@@ -303,13 +312,10 @@ fn print_machine(report: &Report<'_>) -> Result<()> {
             ),
         ],
         others: (others, "the measured phases"),
-        details: &[format!(
-            "kube-apiserver {} and etcd from `hack/control-plane.sh`",
-            report.apiserver_version
-        )],
+        details: std::slice::from_ref(&report.setting.cluster),
         binaries: report.binaries,
         binary_note: "",
-        command: COMMAND,
+        command: report.setting.command,
     }
     .print()
 }
