@@ -28,7 +28,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
-pub use pods::{MemoryWatch, Pod, PodMemory};
+pub use pods::{MemoryRun, MemoryWatch, Pod, PodMemory};
 
 use crate::kubectl::KUBECTL;
 use crate::process::output_text;

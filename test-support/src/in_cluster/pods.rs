@@ -15,6 +15,7 @@ use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 
 use crate::measure::proc_status_kib;
+use crate::report::{mib, seconds};
 
 /// One container's pod: the first container's process and cgroups.
 #[derive(Clone, Debug)]
@@ -176,5 +177,58 @@ impl MemoryWatch {
         self.thread
             .join()
             .map_err(|_| anyhow!("the memory sampler panicked"))?
+    }
+}
+
+/// Every pod's memory around a bench's load: at rest, its peak under the
+/// load, and after.
+pub struct MemoryRun {
+    /// Each pod, with its role ("kplug", "plugin", "operator").
+    pub pods: Vec<(&'static str, Pod)>,
+    /// How long the pods had idled when `at_rest` was read, and how often
+    /// `peak` was sampled.
+    pub settle: Duration,
+    pub every: Duration,
+    pub at_rest: Vec<PodMemory>,
+    pub peak: Vec<PodMemory>,
+    pub after: Vec<PodMemory>,
+}
+
+impl MemoryRun {
+    /// The Markdown section: what was read, and a table of the pods;
+    /// `during` names the load, e.g. "the runs above".
+    pub fn print(&self, during: &str) {
+        println!(
+            "Per container, read on the node: RSS is the main process's `VmRSS` \
+             (`/proc/PID/status`); the working set is the container's cgroup v1 \
+             `memory.usage_in_bytes` less its `total_inactive_file` \
+             (`/sys/fs/cgroup/memory/kubepods/…/podUID/containerID/`), what the kubelet and \
+             `kubectl top` report. At rest: after {} idle, before the load. Peak: the largest of \
+             samples every {} through {during}. After: once the load ended.\n",
+            seconds(self.settle),
+            seconds(self.every),
+        );
+        println!(
+            "| Pod | RSS at rest | RSS peak | RSS after | Working set at rest | Working set peak | Working set after |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        let rows = self
+            .pods
+            .iter()
+            .zip(&self.at_rest)
+            .zip(self.peak.iter().zip(&self.after));
+        for (((role, pod), rest), (peak, after)) in rows {
+            println!(
+                "| {role} `{}` | {} | {} | {} | {} | {} | {} |",
+                pod.name,
+                mib(rest.rss_kib),
+                mib(peak.rss_kib),
+                mib(after.rss_kib),
+                mib(rest.working_set_kib),
+                mib(peak.working_set_kib),
+                mib(after.working_set_kib),
+            );
+        }
+        println!();
     }
 }

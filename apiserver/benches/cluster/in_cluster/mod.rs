@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use kplug_test_support::in_cluster::{self, Installation, MemoryWatch, Node, Pod, PodMemory};
+use kplug_test_support::in_cluster::{self, Installation, MemoryRun, MemoryWatch, Node, Pod};
 use kplug_test_support::measure::{CpuSnapshot, Latencies, OtherLoad};
 use kplug_test_support::target_binary;
 use tokio::task::JoinSet;
@@ -95,14 +95,6 @@ pub(super) struct ThroughputRun {
     pub(super) others: OtherLoad,
 }
 
-/// Every pod's memory: at rest, its peak under load, and after.
-pub(super) struct MemoryRun {
-    pub(super) pods: Vec<(&'static str, Pod)>,
-    pub(super) at_rest: Vec<PodMemory>,
-    pub(super) peak: Vec<PodMemory>,
-    pub(super) after: Vec<PodMemory>,
-}
-
 pub(super) struct Results {
     pub(super) request_bytes: usize,
     pub(super) latency: Vec<LatencyRun>,
@@ -142,6 +134,8 @@ async fn measure(node: &Node, installation: &Installation) -> Result<Results> {
         throughput,
         memory: MemoryRun {
             pods,
+            settle: SETTLE,
+            every: SAMPLE_EVERY,
             at_rest,
             peak,
             after,

@@ -5,12 +5,11 @@ use std::time::Duration;
 use anyhow::Result;
 use kplug_test_support::in_cluster::IMAGES;
 use kplug_test_support::measure::OtherLoad;
-use kplug_test_support::report::{Machine, mib, micros, seconds, size, thousands};
+use kplug_test_support::report::{Machine, micros, seconds, size, thousands};
 
 use super::routes::{RECONCILE_PATH, Route};
 use super::{
-    IN_FLIGHT, LATENCY_CALLS, LATENCY_WARMUP, Results, SAMPLE_EVERY, SETTLE, THROUGHPUT_CALLS,
-    THROUGHPUT_ROUNDS,
+    IN_FLIGHT, LATENCY_CALLS, LATENCY_WARMUP, Results, THROUGHPUT_CALLS, THROUGHPUT_ROUNDS,
 };
 use crate::OBJECT_BYTES;
 
@@ -55,7 +54,7 @@ pub(super) fn print(report: &Report<'_>) -> Result<()> {
     .print()?;
     print_latency(r);
     print_throughput(r);
-    print_memory(report);
+    print_memory(r);
     Ok(())
 }
 
@@ -183,35 +182,7 @@ fn print_throughput(r: &Results) {
     println!();
 }
 
-fn print_memory(report: &Report<'_>) {
-    let m = &report.results.memory;
+fn print_memory(r: &Results) {
     println!("### Memory of the pods\n");
-    println!(
-        "Per container, read on the node: RSS is the main process's `VmRSS` \
-         (`/proc/PID/status`); the working set is the container's cgroup v1 \
-         `memory.usage_in_bytes` less its `total_inactive_file` \
-         (`/sys/fs/cgroup/memory/kubepods/…/pod UID/container ID/`), what the kubelet and \
-         `kubectl top` report. At rest: after {} idle, before any call. Peak: the largest of \
-         samples every {} through the latency and throughput runs above. After: 2 s after them.\n",
-        seconds(SETTLE),
-        seconds(SAMPLE_EVERY),
-    );
-    println!(
-        "| Pod | RSS at rest | RSS peak under load | RSS after | Working set at rest | Working set peak | Working set after |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (index, (role, pod)) in m.pods.iter().enumerate() {
-        let (rest, peak, after) = (m.at_rest[index], m.peak[index], m.after[index]);
-        println!(
-            "| {role} `{}` | {} | {} | {} | {} | {} | {} |",
-            pod.name,
-            mib(rest.rss_kib),
-            mib(peak.rss_kib),
-            mib(after.rss_kib),
-            mib(rest.working_set_kib),
-            mib(peak.working_set_kib),
-            mib(after.working_set_kib),
-        );
-    }
-    println!();
+    r.memory.print("the latency and throughput runs above");
 }
