@@ -138,7 +138,7 @@ def install_kplug(cluster: Cluster, work: Path, images: tuple[str, ...]) -> Inst
 def install_hello(cluster: Cluster, work: Path) -> Installed:
     """kplug, then the hello plugin by examples/hello-rust/deploy/README.md's block (its image among kplug's)."""
     installed = install_kplug(cluster, work, HELLO_IMAGES)
-    (hello_steps,) = shell_blocks(HELLO_README, "Install")
+    hello_steps = shell_blocks(HELLO_README, "Install")[0]
     run_script(cluster, work, hello_steps, "the hello plugin's installation")
     return installed
 
