@@ -90,6 +90,8 @@ pub(super) struct ThroughputRun {
     pub(super) latencies: Latencies,
     /// CPU time: kube-apiserver, the kplug pods, the plugin pods, the bench.
     pub(super) cpu: [Duration; 4],
+    /// Each kplug pod's CPU time: how the route spread the work.
+    pub(super) kplug_pods: Vec<Duration>,
     /// Time the CPU limits held back the kplug pods and the plugin pods.
     pub(super) throttled: [Duration; 2],
     pub(super) others: OtherLoad,
@@ -214,6 +216,7 @@ async fn throughput_runs(
             elapsed: Duration::ZERO,
             latencies: Latencies::new(Vec::new()),
             cpu: [Duration::ZERO; 4],
+            kplug_pods: vec![Duration::ZERO; kplug_count],
             throttled: [Duration::ZERO; 2],
             others: OtherLoad::default(),
         })
@@ -242,6 +245,9 @@ async fn throughput_runs(
                 usage.own,
             ]) {
                 *total += used;
+            }
+            for (total, used) in run.kplug_pods.iter_mut().zip(kplug) {
+                *total += *used;
             }
             let held: Vec<Duration> = throttled_after
                 .iter()

@@ -155,14 +155,19 @@ fn print_throughput(r: &Results) {
     };
     let direct_rate = per_second(direct.calls, direct.elapsed);
     println!(
-        "| Route | Calls | Elapsed | Reconciles/s | ÷ direct | p50 | p99 | CPU per reconcile: kube-apiserver / kplug / plugin / bench | Throttled: kplug / plugin | Other load |"
+        "| Route | Calls | Elapsed | Reconciles/s | ÷ direct | p50 | p99 | CPU per reconcile: kube-apiserver / kplug / plugin / bench | kplug pods' shares of kplug's CPU | Throttled: kplug / plugin | Other load |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for run in &r.throughput {
         let rate = per_second(run.calls, run.elapsed);
         let per = |cpu: Duration| micros(cpu / u32::try_from(run.calls.max(1)).unwrap_or(1));
+        let shares: Vec<String> = run
+            .kplug_pods
+            .iter()
+            .map(|cpu| format!("{:.0} %", 100.0 * ratio(*cpu, run.cpu[1])))
+            .collect();
         println!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {} / {} / {} / {} | {} / {} | {:.0} % |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {} / {} / {} / {} | {} | {} / {} | {:.0} % |",
             run.route.label(),
             thousands(run.calls),
             seconds(run.elapsed),
@@ -174,6 +179,7 @@ fn print_throughput(r: &Results) {
             per(run.cpu[1]),
             per(run.cpu[2]),
             per(run.cpu[3]),
+            shares.join(" / "),
             seconds(run.throttled[0]),
             seconds(run.throttled[1]),
             run.others.percent(),
