@@ -104,6 +104,13 @@ pub struct ClusterConfig {
     /// then its Service must not send it requests. 0 disables.
     #[arg(long, default_value = "45s", value_parser = parse_duration)]
     pub readiness_warmup: Duration,
+    /// After SIGTERM, how long kplug goes on serving everything, new
+    /// connections included, while /readyz fails: time for the pod to
+    /// leave the Service's endpoints and for kube-proxy to stop sending it
+    /// connections. Then it closes its connections gracefully (see
+    /// --shutdown-timeout). 0 closes them at once.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
     #[command(flatten)]
     pub plugin_tls: PluginTlsFlags,
     #[command(flatten)]
@@ -419,6 +426,13 @@ pub struct ServingFlags {
     /// Concurrent HTTP/2 streams (requests, watches) per connection.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams_per_connection: u32,
+    /// At shutdown, how long requests in progress may take to finish once
+    /// every connection has been told to close (HTTP/2 GOAWAY, so clients
+    /// send new requests elsewhere). Watches end at once: clients watch
+    /// again, from another replica. In a pod, keep the shutdown delay plus
+    /// this under terminationGracePeriodSeconds.
+    #[arg(long, default_value = "20s", value_parser = parse_positive_duration)]
+    pub shutdown_timeout: Duration,
 }
 
 /// A duration that is not zero: a zero timeout would close every connection.

@@ -429,3 +429,67 @@ fn a_late_plugin_is_not_ready_and_gets_503() {
         "{status:#}"
     );
 }
+
+/// SIGTERM (a pod being deleted) with a reconcile in flight and a watch open:
+/// the reconcile gets its plugin's answer, the watch ends cleanly (its
+/// client watches again, on another replica), and kplug exits once both
+/// are done. Before kplug closed gracefully, the reconcile was cut off and
+/// kube-apiserver answered 503 "error trying to reach service: unexpected
+/// EOF" in a rollout (BENCHMARKS.md, "Failure drills").
+#[test]
+fn sigterm_lets_a_reconcile_in_flight_finish_and_ends_watches_cleanly() {
+    let mut kplug = StandaloneKplug::start();
+    let (_plugin, _) = hello(&kplug, "slow", &["--delay-ms", "2000"]);
+    let (cert, key) = kplug.admin_credentials();
+    let mut watch = std::process::Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "60", "--cacert"])
+        .arg(kplug.state.path().join("ca.crt"))
+        .arg("--cert")
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .arg(format!("{}{PLUGINS}?watch=true", kplug.api))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run curl");
+    wait_until(
+        "the watch open",
+        Duration::from_secs(20),
+        || match scrape(&kplug).sum("apiserver_longrunning_requests", &[]) {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{n} open")),
+        },
+    );
+    let path = format!("{PLUGINS}/slow/reconcile");
+    let terminated = std::thread::scope(|scope| {
+        let call = scope.spawn(|| post(&kplug, &path, &request(json!({"object": greeting("a")}))));
+        wait_for_calls_in_flight(&kplug, 1.0);
+        let terminated = Instant::now();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &kplug.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        let (code, answer) = call.join().expect("the call");
+        assert_eq!(
+            (code, answer["status"]["success"].as_bool()),
+            (201, Some(true)),
+            "{answer:#}"
+        );
+        terminated
+    });
+    let ended = watch.wait().expect("curl ends");
+    assert!(
+        ended.success(),
+        "the watch was cut off instead of ended: curl {ended}"
+    );
+    assert!(
+        kplug.process.terminate(Duration::from_secs(10)),
+        "kplug did not exit cleanly"
+    );
+    assert!(
+        terminated.elapsed() < Duration::from_secs(15),
+        "shutdown took {:?}",
+        terminated.elapsed()
+    );
+}

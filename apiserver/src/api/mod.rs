@@ -54,6 +54,9 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     pub watch: WatchSettings,
     pub reconcile: reconcile::ReconcileSettings,
+    /// Turns true when the server closes its connections at shutdown:
+    /// watches end then, so that clients watch again elsewhere.
+    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// All API routes and `/metrics`; anything else is a `404` Status.

@@ -238,10 +238,13 @@ async fn stream_feed(
     tokio::pin!(deadline);
     let mut bookmarks = tokio::time::interval(bookmark_interval);
     bookmarks.tick().await;
+    // At shutdown the watch ends, as at its timeout: the client watches again.
+    let mut closing = encoder.state.closing.clone();
     loop {
         let line = tokio::select! {
             () = &mut deadline => return,
             () = tx.closed() => return,
+            () = async { drop(closing.wait_for(|closing| *closing).await) } => return,
             _ = bookmarks.tick(), if encoder.options.allow_bookmarks => {
                 Some(encoder.bookmark(last_rv, false))
             }

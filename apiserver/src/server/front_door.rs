@@ -8,6 +8,11 @@
 //! hyper's header timeout on every request. At most `--max-connections` are
 //! open per listener: the next one is closed as soon as it is accepted,
 //! which answers at once instead of leaving it queued in the backlog.
+//!
+//! At shutdown the listener stops accepting and every open connection is
+//! closed gracefully (HTTP/2 GOAWAY; HTTP/1.1 after its response): requests
+//! in progress get `--shutdown-timeout` to finish, and [`serve`] returns
+//! once every connection has ended or that time has passed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +50,9 @@ const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 /// How long to wait before accepting again after an error that is not one
 /// connection's (out of file descriptors, say): retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Beyond `--shutdown-timeout`, how long shutdown waits for connections
+/// that should have closed themselves by then.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(1);
 
 /// The limits of `ServingFlags`.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +61,7 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_streams: u32,
+    pub shutdown_timeout: Duration,
 }
 
 impl From<&ServingFlags> for Limits {
@@ -62,6 +71,7 @@ impl From<&ServingFlags> for Limits {
             idle_timeout: flags.idle_connection_timeout,
             max_connections: flags.max_connections as usize,
             max_streams: flags.max_streams_per_connection,
+            shutdown_timeout: flags.shutdown_timeout,
         }
     }
 }
@@ -214,10 +224,12 @@ struct Shared {
     http: auto::Builder<TokioExecutor>,
     limits: Limits,
     metrics: ConnectionMetrics,
+    shutdown: watch::Receiver<bool>,
 }
 
 /// Accepts connections on `door` and serves its app on each until
-/// `shutdown` turns true.
+/// `shutdown` turns true; then closes them gracefully and returns when they
+/// have ended, or after `--shutdown-timeout`.
 pub async fn serve(
     door: Door,
     auth: Arc<Auth>,
@@ -243,6 +255,7 @@ pub async fn serve(
         http: http(&limits, callers),
         limits,
         metrics,
+        shutdown: shutdown.clone(),
     });
     loop {
         let (stream, remote) = tokio::select! {
@@ -253,11 +266,11 @@ pub async fn serve(
                     tracing::warn!(listener = name, error = %e, "accepting a connection failed");
                     tokio::select! {
                         () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
-                        _ = shutdown.changed() => return,
+                        _ = shutdown.changed() => break,
                     }
                 }
             },
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => break,
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             refused.inc();
@@ -277,6 +290,22 @@ pub async fn serve(
             let _counted = counted;
             shared.connection(stream, remote).await;
         });
+    }
+    drop(listener);
+    // Every connection holds a permit until it ends: all of them back means
+    // every connection has closed. Each bounds its own close by the same
+    // timeout; this only guards against one that never returns.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let closed = tokio::time::timeout(
+        limits.shutdown_timeout + SHUTDOWN_SLACK,
+        permits.acquire_many(all),
+    )
+    .await;
+    if closed.is_err() {
+        tracing::warn!(
+            listener = name,
+            "connections still open after --shutdown-timeout: closing them"
+        );
     }
 }
 
@@ -347,8 +376,20 @@ impl Shared {
             .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         let stalled = activity.stalled(first_by, self.limits.idle_timeout);
+        let mut shutdown = self.shutdown.clone();
         let result = tokio::select! {
             result = connection.as_mut() => result,
+            // Requests in progress finish; new ones go elsewhere (GOAWAY).
+            () = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
+                connection.as_mut().graceful_shutdown();
+                match tokio::time::timeout(self.limits.shutdown_timeout, connection.as_mut()).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        tracing::debug!(%remote, "requests still in progress after --shutdown-timeout: closing");
+                        return;
+                    }
+                }
+            }
             stall = stalled => match stall {
                 // Nothing was served: nothing to finish either.
                 Stall::FirstRequest => {

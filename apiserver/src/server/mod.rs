@@ -44,17 +44,19 @@ const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 
 /// The HTTP application: probes open to all, the API and `/metrics` behind
 /// authentication and authorization, every request counted.
-/// `/readyz` fails until `warmup` has passed (see [`health::router`]).
+/// `/readyz` fails until `warmup` has passed and once `stopping` turns true
+/// (see [`health::router`]).
 pub fn app(
     state: AppState,
     openapi: Arc<OpenApi>,
     auth: Arc<Auth>,
     metrics: &Metrics,
     warmup: Duration,
+    stopping: watch::Receiver<bool>,
 ) -> Router {
     let api = api::router(state, openapi, metrics.registry.clone())
         .layer(axum::middleware::from_fn_with_state(auth, guard));
-    health::router(warmup)
+    health::router(warmup, stopping)
         .merge(api)
         .layer(InstrumentLayer::new(metrics.requests.clone()))
 }
@@ -152,6 +154,10 @@ struct Core {
     limits: Limits,
     /// How long after start `/readyz` still fails (cluster mode).
     readiness_warmup: Duration,
+    /// After SIGTERM, how long everything is still served (cluster mode).
+    shutdown_delay: Duration,
+    /// Turns true when connections are to close: watches end.
+    closing: watch::Sender<bool>,
 }
 
 impl Core {
@@ -179,11 +185,13 @@ impl Core {
                 .with_metrics(proxy_metrics)
                 .with_tls(plugin_tls),
         );
+        let (closing, closed) = watch::channel(false);
         let state = AppState {
             registry: registry.clone(),
             proxy: proxy.clone(),
             watch: (&tuning.watch).into(),
             reconcile: (&tuning.proxy).into(),
+            closing: closed,
         };
         Ok(Self {
             registry,
@@ -198,11 +206,20 @@ impl Core {
             connections,
             limits: (&tuning.serving).into(),
             readiness_warmup: Duration::ZERO,
+            shutdown_delay: Duration::ZERO,
+            closing,
         })
     }
 
     /// Serves the API on `https` and heartbeats through `heartbeats` until
     /// SIGINT or SIGTERM; the registry's background tasks run alongside.
+    ///
+    /// Shutting down: `/readyz` fails at once, everything is still served
+    /// for the shutdown delay (a pod being deleted leaves its Service's
+    /// endpoints while kube-proxy and the aggregator's open connections
+    /// still send it requests), then the listeners stop accepting, watches
+    /// end and every connection closes gracefully, requests in progress
+    /// finishing within `--shutdown-timeout`.
     async fn run(
         self,
         https: TcpListener,
@@ -213,6 +230,7 @@ impl Core {
     ) -> anyhow::Result<()> {
         raise_open_files_limit(&self.limits);
         let stopped = stop.subscribe();
+        let (stopping, not_ready) = watch::channel(false);
         let api = Door {
             name: "api",
             listener: https,
@@ -224,6 +242,7 @@ impl Core {
                 auth.clone(),
                 &self.metrics,
                 self.readiness_warmup,
+                not_ready,
             ),
         };
         let serve = |door| {
@@ -241,7 +260,19 @@ impl Core {
         let sweep_task = tokio::spawn(sweep(self.registry, stopped.clone()));
 
         shutdown_signal().await;
-        tracing::info!("shutting down");
+        let _ = stopping.send(true);
+        if !self.shutdown_delay.is_zero() {
+            tracing::info!(
+                delay = ?self.shutdown_delay,
+                "shutting down: not ready, still serving for the shutdown delay"
+            );
+            tokio::time::sleep(self.shutdown_delay).await;
+        }
+        tracing::info!(
+            timeout = ?self.limits.shutdown_timeout,
+            "shutting down: closing connections, requests in progress finish, watches end"
+        );
+        let _ = self.closing.send(true);
         let _ = stop.send(true);
         let _ = api_task.await;
         let _ = sweep_task.await;
@@ -329,6 +360,7 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     delegated.metrics().register(&mut metrics);
     let mut core = Core::new(&config.tuning, metrics, plugin_tls.clone())?;
     core.readiness_warmup = config.readiness_warmup;
+    core.shutdown_delay = config.shutdown_delay;
     let auth = Arc::new(Auth::Delegated(delegated.clone()));
     let heartbeats = Door {
         name: "heartbeats",
