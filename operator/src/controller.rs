@@ -14,15 +14,18 @@ use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
 use kplug_api::v1alpha1::{API_VERSION, GROUP, Plugin, VERSION, labels};
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::oneshot;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::reconciler::{Context, error_policy, reconcile};
@@ -60,6 +63,45 @@ fn is_ready(plugin: &DynamicObject) -> bool {
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The longest wait between two asks whether kplug answers again.
+const MAX_REACHABILITY_PROBE: Duration = Duration::from_secs(5);
+
+/// While objects wait because kube-apiserver could not reach kplug (its
+/// pods not Ready, say while their node is unreachable), asks kplug for one
+/// plugin, backing off from `--min-backoff` to 5 s; once kplug answers,
+/// wakes them all at once instead of leaving each to its own backoff,
+/// which an outage has stretched towards `--max-backoff`. The watch of
+/// plugins cannot tell: an open watch outlives the Service losing kplug.
+async fn wake_when_kplug_answers(
+    ctx: Arc<Context>,
+    wake: mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
+) {
+    let plugins = Api::<DynamicObject>::all_with(ctx.delegation_client.clone(), &plugin_resource());
+    loop {
+        ctx.kplug_unreachable.notified().await;
+        let mut delay = ctx.options.min_backoff.min(MAX_REACHABILITY_PROBE);
+        while !ctx.unreachable.lock().is_empty() {
+            tokio::time::sleep(delay).await;
+            if plugins
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .is_ok()
+            {
+                let woken: Vec<_> = ctx.unreachable.lock().drain().collect();
+                info!(
+                    objects = woken.len(),
+                    "kplug answers again: waking the objects that could not reach it"
+                );
+                for object in woken {
+                    let _ = wake.unbounded_send(object);
+                }
+                break;
+            }
+            delay = (delay * 2).min(MAX_REACHABILITY_PROBE);
+        }
+    }
 }
 
 /// The objects in `store` that refer to `extension`.
@@ -151,6 +193,10 @@ pub async fn run(
         },
         plugin_resource(),
     );
+
+    let (wake, woken) = mpsc::unbounded();
+    let _prober = AbortOnDropHandle::new(tokio::spawn(wake_when_kplug_answers(ctx.clone(), wake)));
+    controller = controller.reconcile_on(woken);
 
     // The controller wants a `Sync` trigger; a oneshot receiver is one.
     let (stop, stopped) = oneshot::channel::<()>();

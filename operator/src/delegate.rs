@@ -43,6 +43,12 @@ pub enum DelegateError {
         message: String,
         retry_after: Duration,
     },
+    /// kube-apiserver could not reach kplug (no Ready kplug pod behind its
+    /// Service, a connection that broke): a 503 without kplug's retry hint,
+    /// so no plugin was asked. The operator wakes such objects as soon as
+    /// kplug answers again.
+    #[error("kube-apiserver could not reach kplug: {0}")]
+    Unreachable(String),
     /// The plugin is at its concurrency bound.
     #[error("{message}")]
     TooManyRequests {
@@ -83,6 +89,7 @@ impl DelegateError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Unavailable { .. } => "PluginUnavailable",
+            Self::Unreachable(_) => "KplugUnavailable",
             Self::TooManyRequests { .. } => "TooManyRequests",
             Self::Forbidden(_) => "Forbidden",
             Self::NotServed(_) => "KplugNotServed",
@@ -164,6 +171,11 @@ fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -
         message: String::from_utf8_lossy(body).trim().to_owned(),
         ..Default::default()
     });
+    let hinted = retry_header.is_some()
+        || parsed
+            .details
+            .as_ref()
+            .is_some_and(|d| d.retry_after_seconds.is_some());
     let retry_after = retry_header
         .or_else(|| {
             parsed
@@ -175,6 +187,9 @@ fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -
         .unwrap_or(DEFAULT_RETRY_AFTER);
     let message = parsed.message;
     match status {
+        // kplug's own 503s always carry a retry hint; kube-apiserver's, when
+        // it cannot reach kplug, never do.
+        StatusCode::SERVICE_UNAVAILABLE if !hinted => DelegateError::Unreachable(message),
         StatusCode::SERVICE_UNAVAILABLE => DelegateError::Unavailable {
             message,
             retry_after,
@@ -322,5 +337,25 @@ mod tests {
             error_from(StatusCode::FORBIDDEN, None, b"plain text refusal").to_string(),
             "plain text refusal"
         );
+    }
+
+    #[test]
+    fn a_503_without_kplugs_retry_hint_is_kube_apiserver_not_reaching_kplug() {
+        // What kube-apiserver 1.20's aggregator answers with no Ready kplug
+        // endpoint, and when its connection to kplug breaks.
+        for body in [
+            &b"service unavailable\n"[..],
+            br#"{"kind":"Status","code":503,"reason":"ServiceUnavailable","message":"error trying to reach service: unexpected EOF"}"#,
+        ] {
+            let error = error_from(StatusCode::SERVICE_UNAVAILABLE, None, body);
+            assert_eq!(error.reason(), "KplugUnavailable", "{error}");
+            assert_eq!(error.retry_after(), None);
+        }
+        let kplugs = error_from(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(Duration::from_secs(1)),
+            b"{}",
+        );
+        assert_eq!(kplugs.reason(), "PluginUnavailable");
     }
 }

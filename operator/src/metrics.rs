@@ -224,7 +224,7 @@ impl Metrics {
             "Delegations to kplug (POST reconciles) by operation and outcome: Success when \
              kplug returned the plugin's answer (which may itself report a failure), \
              else the reason of the condition the object gets (PluginUnavailable, \
-             TooManyRequests, Forbidden, KplugNotServed, PluginTimeout, ReconcileRejected, \
+             KplugUnavailable, TooManyRequests, Forbidden, KplugNotServed, PluginTimeout, ReconcileRejected, \
              DelegationFailed)",
             self.delegations.clone(),
         );

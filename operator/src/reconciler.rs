@@ -68,6 +68,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// Objects that wait for a Ready plugin: a plugin turning Ready wakes them.
     pub waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    /// Objects whose last delegation did not reach kplug: kplug answering
+    /// again wakes them (see `controller`).
+    pub unreachable: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    /// Told whenever an object joins `unreachable`.
+    pub kplug_unreachable: tokio::sync::Notify,
     backoffs: Mutex<HashMap<ObjectRef<DynamicObject>, ExponentialBackoff>>,
     pub metrics: Metrics,
     /// Objects whose last reconcile scheduled a retry: `workqueue_depth`.
@@ -95,6 +100,8 @@ impl Context {
             hooks,
             recorder,
             waiting: Mutex::default(),
+            unreachable: Mutex::default(),
+            kplug_unreachable: tokio::sync::Notify::new(),
             backoffs: Mutex::default(),
             metrics,
             retrying: Mutex::default(),
@@ -141,10 +148,18 @@ impl Context {
 
     /// When to retry after kplug gave no answer: the object's backoff, never
     /// sooner than kplug's `Retry-After`. Without a Ready plugin the object
-    /// also waits for one to appear.
+    /// also waits for one to appear; when kplug could not be reached, for
+    /// kplug to answer again.
     fn retry_delay(&self, object: &DynamicObject, error: &DelegateError) -> Duration {
-        if matches!(error, DelegateError::Unavailable { .. }) {
-            self.waiting.lock().insert(self.object_ref(object));
+        match error {
+            DelegateError::Unavailable { .. } => {
+                self.waiting.lock().insert(self.object_ref(object));
+            }
+            DelegateError::Unreachable(_) => {
+                self.unreachable.lock().insert(self.object_ref(object));
+                self.kplug_unreachable.notify_one();
+            }
+            _ => {}
         }
         error
             .retry_after()
@@ -158,6 +173,7 @@ impl Context {
         let key = self.object_ref(object);
         self.backoffs.lock().remove(&key);
         self.waiting.lock().remove(&key);
+        self.unreachable.lock().remove(&key);
     }
 
     fn api_for(&self, object: &DynamicObject) -> Api<DynamicObject> {
