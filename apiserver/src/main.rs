@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use clap::Parser;
 use kplug_apiserver::config::{Cli, Command};
 use kplug_apiserver::server;
@@ -15,6 +17,8 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
+        // Colours for people at a terminal, plain text for a pod's log.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {

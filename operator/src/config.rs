@@ -236,6 +236,8 @@ impl OperatorArgs {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_new(&self.log)?)
             .with_writer(std::io::stderr)
+            // Colours for people at a terminal, plain text for a pod's log.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
         Ok(())
     }
