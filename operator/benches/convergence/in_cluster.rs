@@ -107,9 +107,10 @@ pub fn main() -> Result<()> {
                         bench",
             cluster: format!(
                 "Kubernetes v1.20.2 of `hack/cluster.sh` (one node, this machine); images built \
-                 from the tree by `hack/images.sh build {}`; kplug and the plugin as README.md \
+                 from the tree at {} by `hack/images.sh build {}`; kplug and the plugin as README.md \
                  and examples/hello-rust/deploy/README.md install them; kplug-operator as one pod \
                  (`--concurrency {IN_FLIGHT}`, the shipped CPU limit 500m)",
+                in_cluster::tree()?,
                 in_cluster::IMAGES.join(" ")
             ),
             command: COMMAND,

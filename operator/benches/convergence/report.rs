@@ -24,6 +24,7 @@ impl OperatorLog {
     pub fn read(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = without_colours(&text);
         let lines = || text.lines();
         Ok(Self {
             reconciled: lines()
@@ -39,6 +40,23 @@ impl OperatorLog {
                 .collect(),
         })
     }
+}
+
+/// `text` without ANSI colour sequences (`ESC [ ... m`), which a log
+/// written to a terminal-less pipe should not have, but may.
+fn without_colours(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("\u{1b}[") {
+        plain.push_str(&rest[..start]);
+        rest = &rest[start + 2..];
+        match rest.find('m') {
+            Some(end) => rest = &rest[end + 1..],
+            None => rest = "",
+        }
+    }
+    plain.push_str(rest);
+    plain
 }
 
 fn rate(count: usize, elapsed: Duration) -> f64 {

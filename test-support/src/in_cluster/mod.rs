@@ -55,6 +55,34 @@ const KPLUG_NS: &str = "kplug-system";
 /// Upper bound of each wait for the cluster.
 const WAIT: Duration = Duration::from_secs(300);
 
+/// The commit the tree is at, and whether it has changes beyond it: what
+/// the images were built from.
+pub fn tree() -> Result<String> {
+    let git = |args: &[&str]| -> Result<String> {
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(repo_root())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running git")?;
+        ensure!(
+            output.status.success(),
+            "git {args:?}: {}",
+            output_text(&output)
+        );
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    Ok(
+        if git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
+            format!("`{commit}`")
+        } else {
+            format!("`{commit}` with uncommitted changes")
+        },
+    )
+}
+
 /// Whether [`VARIABLE`] asks for the in-cluster mode.
 pub fn requested() -> bool {
     std::env::var(VARIABLE).is_ok_and(|value| !value.is_empty() && value != "0")

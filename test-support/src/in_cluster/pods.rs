@@ -33,6 +33,9 @@ pub struct Pod {
 pub struct PodMemory {
     /// The main process's resident set (`VmRSS`), in KiB.
     pub rss_kib: u64,
+    /// Of it, anonymous memory (`RssAnon`: heap, stacks), in KiB; the rest
+    /// is mapped files, mostly the binary.
+    pub anon_kib: u64,
     /// The cgroup's working set, in KiB: `memory.usage_in_bytes` less
     /// `total_inactive_file`, what the kubelet (and `kubectl top`) reports
     /// and evicts by.
@@ -43,6 +46,7 @@ impl PodMemory {
     fn max(self, other: Self) -> Self {
         Self {
             rss_kib: self.rss_kib.max(other.rss_kib),
+            anon_kib: self.anon_kib.max(other.anon_kib),
             working_set_kib: self.working_set_kib.max(other.working_set_kib),
         }
     }
@@ -98,6 +102,7 @@ impl Pod {
             .with_context(|| format!("no total_inactive_file in {}", stat.display()))?;
         Ok(PodMemory {
             rss_kib: proc_status_kib(self.pid, "VmRSS")?,
+            anon_kib: proc_status_kib(self.pid, "RssAnon")?,
             working_set_kib: usage.saturating_sub(inactive_file) / 1024,
         })
     }
@@ -200,7 +205,9 @@ impl MemoryRun {
     pub fn print(&self, during: &str) {
         println!(
             "Per container, read on the node: RSS is the main process's `VmRSS` \
-             (`/proc/PID/status`); the working set is the container's cgroup v1 \
+             (`/proc/PID/status`), in brackets its anonymous part (`RssAnon`: heap and stacks; \
+             the rest is mapped files, mostly the binary); the working set is the container's \
+             cgroup v1 \
              `memory.usage_in_bytes` less its `total_inactive_file` \
              (`/sys/fs/cgroup/memory/kubepods/…/podUID/containerID/`), what the kubelet and \
              `kubectl top` report. At rest: after {} idle, before the load. Peak: the largest of \
@@ -209,7 +216,7 @@ impl MemoryRun {
             seconds(self.every),
         );
         println!(
-            "| Pod | RSS at rest | RSS peak | RSS after | Working set at rest | Working set peak | Working set after |"
+            "| Pod | RSS (anonymous) at rest | RSS (anonymous) peak | RSS (anonymous) after | Working set at rest | Working set peak | Working set after |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|");
         let rows = self
@@ -218,12 +225,19 @@ impl MemoryRun {
             .zip(&self.at_rest)
             .zip(self.peak.iter().zip(&self.after));
         for (((role, pod), rest), (peak, after)) in rows {
+            let rss = |m: &PodMemory| {
+                format!(
+                    "{:.1} ({:.1}) MiB",
+                    m.rss_kib as f64 / 1024.0,
+                    m.anon_kib as f64 / 1024.0
+                )
+            };
             println!(
                 "| {role} `{}` | {} | {} | {} | {} | {} | {} |",
                 pod.name,
-                mib(rest.rss_kib),
-                mib(peak.rss_kib),
-                mib(after.rss_kib),
+                rss(rest),
+                rss(peak),
+                rss(after),
                 mib(rest.working_set_kib),
                 mib(peak.working_set_kib),
                 mib(after.working_set_kib),

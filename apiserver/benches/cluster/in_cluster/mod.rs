@@ -69,6 +69,7 @@ pub(super) fn main() -> Result<()> {
     let results = runtime.block_on(measure(&node, &installation))?;
     report::print(&report::Report {
         results: &results,
+        tree: &in_cluster::tree()?,
         load_at_start: load_at_start.trim(),
         command: COMMAND,
     })

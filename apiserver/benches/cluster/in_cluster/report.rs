@@ -15,6 +15,8 @@ use crate::OBJECT_BYTES;
 
 pub(super) struct Report<'a> {
     pub(super) results: &'a Results,
+    /// What the images were built from.
+    pub(super) tree: &'a str,
     pub(super) load_at_start: &'a str,
     pub(super) command: &'a str,
 }
@@ -37,7 +39,8 @@ pub(super) fn print(report: &Report<'_>) -> Result<()> {
             format!("Load average before the run: {}", report.load_at_start),
             format!("Pods: {}", pods.join(", ")),
             format!(
-                "Images built from the tree by `hack/images.sh build {}`",
+                "Images built from the tree at {} by `hack/images.sh build {}`",
+                report.tree,
                 IMAGES.join(" ")
             ),
         ],
