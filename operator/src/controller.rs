@@ -84,11 +84,8 @@ async fn wake_when_kplug_answers(
         let mut delay = ctx.options.min_backoff.min(MAX_REACHABILITY_PROBE);
         while !ctx.unreachable.lock().is_empty() {
             tokio::time::sleep(delay).await;
-            if plugins
-                .list_metadata(&ListParams::default().limit(1))
-                .await
-                .is_ok()
-            {
+            // In full: kplug serves no metadata-only (PartialObjectMetadata) lists.
+            if plugins.list(&ListParams::default().limit(1)).await.is_ok() {
                 let woken: Vec<_> = ctx.unreachable.lock().drain().collect();
                 info!(
                     objects = woken.len(),
