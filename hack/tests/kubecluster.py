@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -106,6 +107,95 @@ class Cluster:
             and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
         ]
 
+    def pod(self, namespace: str, name: str) -> dict:
+        return self.kubectl_json("-n", namespace, "get", "pod", name)
+
+    def container_id(self, namespace: str, pod: str, container: str) -> str:
+        """The runtime's id of ``container`` in ``pod`` (without the ``containerd://`` prefix)."""
+        statuses = self.pod(namespace, pod)["status"].get("containerStatuses", [])
+        (found,) = [s for s in statuses if s["name"] == container]
+        return found["containerID"].removeprefix("containerd://")
+
+    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> None:
+        """Sends ``sig`` to a container's task straight through containerd, behind the kubelet's back."""
+        subprocess.run(
+            ["ctr", "--address", self.env["CONTAINERD_ADDRESS"], "-n", "k8s.io", "tasks", "kill", "-s", sig, container_id],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+
+    @property
+    def audit_log(self) -> Path:
+        return Path(self.env["KPLUG_CLUSTER_AUDIT_LOG"])
+
+    def audit_events(self, offset: int = 0) -> tuple[list[dict], int]:
+        """kube-apiserver's audit events written from byte ``offset`` on, and the offset after the last whole line.
+
+        The policy of hack/cluster.sh logs writes only (create, update, patch,
+        delete, deletecollection), at level Metadata: who (``user``,
+        ``userAgent``, ``sourceIPs``), what (``objectRef``) and the answer
+        (``responseStatus.code``).
+        """
+        with self.audit_log.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+        whole = data[: data.rfind(b"\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line.strip()], offset + len(whole)
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: :meth:`audit_events` from here reads what comes after."""
+        if not self.audit_log.exists():
+            return 0
+        with self.audit_log.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            start = max(0, size - 65536)
+            log.seek(start)
+            return start + log.read().rfind(b"\n") + 1
+
+    def _kubelet_pid_file(self) -> Path:
+        return Path(self.env["KPLUG_CLUSTER_DIR"]) / "pids" / "kubelet"
+
+    def kubelet_pid(self) -> int | None:
+        """The kubelet's PID as hack/cluster.sh records it, if that process is a running kubelet."""
+        try:
+            pid = int(self._kubelet_pid_file().read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _runs(pid, "kubelet") else None
+
+    def stop_kubelet(self, timeout: float = 30) -> None:
+        """SIGTERM to the kubelet (its pods keep running), and waits until it has exited."""
+        pid = self.kubelet_pid()
+        if pid is None:
+            raise AssertionError("no kubelet is running")
+        os.kill(pid, signal.SIGTERM)
+        wait_for(f"the kubelet ({pid}) to exit", lambda: not _runs(pid, "kubelet"), timeout, interval=0.05)
+
+    def start_kubelet(self) -> int:
+        """Starts the kubelet again as ``hack/cluster.sh up`` did: the same command line (logs/kubelet.args), the
+        same environment (AWS_EC2_METADATA_DISABLED=true, see cluster.sh), its own session, output appended to
+        logs/kubelet.log; records its PID where ``hack/cluster.sh down`` and ``status`` find it."""
+        if self.kubelet_pid() is not None:
+            raise AssertionError(f"a kubelet is already running ({self.kubelet_pid()})")
+        logs = Path(self.env["KPLUG_CLUSTER_LOGS"])
+        command = (logs / "kubelet.args").read_text().splitlines()
+        started = subprocess.run(
+            ["bash", "-c", 'setsid "$@" </dev/null >>"$KUBELET_LOG" 2>&1 & echo $!', "bash", *command],
+            env={**os.environ, "AWS_EC2_METADATA_DISABLED": "true", "KUBELET_LOG": str(logs / "kubelet.log")},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        pid = int(started.stdout.strip())
+        wait_for(f"the kubelet ({pid}) to start", lambda: _runs(pid, "kubelet"), 10, interval=0.05)
+        pid_file = self._kubelet_pid_file()
+        pid_file.with_suffix(".tmp").write_text(f"{pid}\n")
+        pid_file.with_suffix(".tmp").replace(pid_file)
+        return pid
+
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log, for a failure message."""
         out = []
@@ -115,6 +205,15 @@ class Cluster:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"--- {log} ---\n" + "\n".join(tail))
         return "\n".join(out)
+
+
+def _runs(pid: int, name: str) -> bool:
+    """PID is a live process running the program ``name`` (hack/lib/common.sh's pid_is)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return Path(exe.removesuffix(" (deleted)")).name == name
 
 
 def leftovers(cluster_dir: Path = DEFAULT_DIR) -> list[str]:
