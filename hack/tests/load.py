@@ -564,7 +564,9 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---:|---|---|---|---|---:|---|---:|",
     ]
     times = []
-    for name, phase in report["phases"].items():
+    # The baseline first, then the drills in their order.
+    phases = sorted(report["phases"].items(), key=lambda item: (item[0] != "baseline", item[0]))
+    for name, phase in phases:
         objects = phase["objects"]
         delegations = ", ".join(f"{code}: {n}" for code, n in sorted(phase["audit"]["operator_delegations_by_code"].items()))
         rows.append(
@@ -578,7 +580,14 @@ def markdown(report: dict[str, Any]) -> str:
         own = {k: v for k, v in phase.items() if k.endswith("_s") and k not in ("duration_s",) and not isinstance(v, dict)}
         marks = ", ".join(f"{what} {t:.1f}" for what, t in phase["marks_s"].items())
         times.append(f"- **{name}**: " + ", ".join(f"{k} {v}" for k, v in own.items()) + (f" (marks, s into the phase: {marks})" if marks else ""))
-    return "\n".join(rows) + "\n\n" + "\n".join(times) + "\n"
+    latency = [
+        "| phase | discovery p50 / p99 / max ms | list p50 / p99 / max ms | direct reconcile p50 / p99 / max ms |",
+        "|---|---|---|---|",
+    ]
+    for name, phase in phases:
+        cells = [" / ".join(str(phase[kind].get(q, "-")) for q in ("p50_ms", "p99_ms", "max_ms")) for kind in ("discovery", "list", "direct_reconciles")]
+        latency.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n\n" + "\n".join(latency) + "\n\n" + "\n".join(times) + "\n"
 
 
 if __name__ == "__main__":
