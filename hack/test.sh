@@ -23,5 +23,8 @@ echo "== pytest" >&2
 echo "== images" >&2
 hack/images.sh build
 # The real cluster (hack/cluster.sh): up once for these tests, down after.
+# One cluster per machine: whatever an interrupted earlier run left (its
+# bridge, iptables rules, mounts, state) is taken down first.
 echo "== cluster" >&2
+hack/cluster.sh down
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" hack/tests
