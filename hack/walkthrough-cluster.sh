@@ -196,7 +196,7 @@ cluster_up() {
   "$ROOT/hack/images.sh" load "${DB_IMAGES[@]}" || fail "hack/images.sh load ${DB_IMAGES[*]} failed"
 }
 
-install() {
+install_all() {
   step "3/7 the databases, kplug, the plugins and the operator, by the READMEs' steps (hack/tests/install.py)"
   note "examples/database-table/deploy/databases/README.md, Install (random passwords)"
   note "README.md, Installing into a cluster (images from hack/images.sh, the Kubernetes 1.20 overlay)"
@@ -366,7 +366,7 @@ main() {
   preflight
   timed build build
   timed "cluster up" cluster_up
-  timed install install
+  timed install install_all
   timed "plugins Ready" wait_ready
   timed "users Ready" reconcile_users
   step "ready in $((SECONDS - t0))s ($(summary))"
