@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::api::WatchSettings;
 use crate::api::reconcile::ReconcileSettings;
 use crate::auth::delegated::DelegatedSettings;
+use crate::identity::SigningFiles;
 use crate::proxy::{PluginTlsFiles, ProxyConfig};
 use crate::registry::RegistryConfig;
 
@@ -155,39 +156,53 @@ pub struct CertsConfig {
 
 /// How kplug dials plugins in cluster mode. (Standalone mode dials them
 /// in plaintext: it is for one machine, plugins on loopback.)
+///
+/// Either kplug holds the plugin CA (--plugin-signing-cert-file and
+/// --plugin-signing-key-file, with the trust bundle --plugin-ca-file): it
+/// signs the certificate requests plugins send on their heartbeats and
+/// issues its own client certificate, so no certificate is made by hand.
+/// Or the user's PKI made every certificate (--plugin-client-cert-file,
+/// --plugin-client-key-file, --plugin-ca-file and each plugin's own files).
 #[derive(Debug, Args)]
 pub struct PluginTlsFlags {
-    /// required: every call to a plugin goes over mutual TLS with the three
-    /// files below, which must be given. disabled: plaintext HTTP/2, which
-    /// lets anyone who reaches a plugin's address call it, bypassing RBAC
-    /// [default: required when the files are given, else disabled with a
-    /// warning at start]
+    /// required: every call to a plugin goes over mutual TLS, with kplug's
+    /// plugin CA or with the user's files, one of which must be given.
+    /// disabled: plaintext HTTP/2, which lets anyone who reaches a plugin's
+    /// address call it, bypassing RBAC [default: required when the files
+    /// are given, else disabled with a warning at start]
     #[arg(long, value_enum)]
     pub plugin_tls: Option<PluginTlsMode>,
+    /// kplug's plugin CA (PEM certificate), with which kplug signs plugins'
+    /// certificate requests and its own client certificate. Must be in
+    /// --plugin-ca-file. Reloaded when it changes.
+    #[arg(
+        long,
+        requires_all = ["plugin_signing_key_file", "plugin_ca_file"],
+        conflicts_with_all = ["plugin_client_cert_file", "plugin_client_key_file"]
+    )]
+    pub plugin_signing_cert_file: Option<PathBuf>,
+    /// The plugin CA's private key (PEM). Reloaded when it changes.
+    #[arg(long, requires = "plugin_signing_cert_file")]
+    pub plugin_signing_key_file: Option<PathBuf>,
+    /// Lifetime of the certificates kplug's plugin CA issues (plugins' and
+    /// kplug's own); each is renewed at two thirds of it.
+    #[arg(long, default_value = "6h", value_parser = parse_duration)]
+    pub plugin_cert_lifetime: Duration,
     /// kplug's client certificate (PEM, extended key usage clientAuth),
     /// which plugins check against their client CA (KPLUG_CLIENT_CA_FILE).
     /// Reloaded when it changes.
-    #[arg(
-        long,
-        required_if_eq("plugin_tls", "required"),
-        requires_all = ["plugin_client_key_file", "plugin_ca_file"]
-    )]
+    #[arg(long, requires_all = ["plugin_client_key_file", "plugin_ca_file"])]
     pub plugin_client_cert_file: Option<PathBuf>,
     /// The client certificate's private key (PEM). Reloaded when it changes.
-    #[arg(
-        long,
-        required_if_eq("plugin_tls", "required"),
-        requires_all = ["plugin_client_cert_file", "plugin_ca_file"]
-    )]
+    #[arg(long, requires_all = ["plugin_client_cert_file", "plugin_ca_file"])]
     pub plugin_client_key_file: Option<PathBuf>,
-    /// The CA certificates (PEM) that sign plugins' serving certificates,
-    /// checked for the name a plugin declares (KPLUG_SERVER_NAME), else for
-    /// the host of its address. Reloaded when it changes.
-    #[arg(
-        long,
-        required_if_eq("plugin_tls", "required"),
-        requires_all = ["plugin_client_cert_file", "plugin_client_key_file"]
-    )]
+    /// The CA certificates (PEM) that kplug and plugins trust for each
+    /// other: kplug verifies plugins' serving certificates against them
+    /// (for the plugin's identity NAME.plugins.kplug.io, else its declared
+    /// KPLUG_SERVER_NAME, else the host of its address), and with
+    /// --plugin-signing-cert-file plugins receive them to verify kplug's
+    /// client certificate. Reloaded when it changes.
+    #[arg(long)]
     pub plugin_ca_file: Option<PathBuf>,
 }
 
@@ -198,30 +213,74 @@ pub enum PluginTlsMode {
     Disabled,
 }
 
+/// How calls to plugins are secured, as the flags say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PluginTlsPlan {
+    /// The user's files.
+    Files(PluginTlsFiles),
+    /// kplug's plugin CA, issuing certificates of `lifetime`.
+    Signing {
+        files: SigningFiles,
+        lifetime: Duration,
+    },
+}
+
 impl PluginTlsFlags {
-    /// The files to dial plugins with; `None` for plaintext.
-    pub fn files(&self) -> Result<Option<PluginTlsFiles>, String> {
-        let files = (
+    /// How to dial plugins; `None` for plaintext.
+    pub fn plan(&self) -> Result<Option<PluginTlsPlan>, String> {
+        let plan = match (
+            &self.plugin_signing_cert_file,
+            &self.plugin_signing_key_file,
             &self.plugin_client_cert_file,
             &self.plugin_client_key_file,
             &self.plugin_ca_file,
-        );
-        match (self.plugin_tls, files) {
-            (_, (None, None, None)) => Ok(None),
-            (Some(PluginTlsMode::Disabled), _) => Err("--plugin-tls=disabled contradicts the \
-                 --plugin-client-cert-file, --plugin-client-key-file and --plugin-ca-file given"
+        ) {
+            (None, None, None, None, None) => None,
+            (Some(cert), Some(key), None, None, Some(ca)) => Some(PluginTlsPlan::Signing {
+                files: SigningFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    trust_bundle: ca.clone(),
+                },
+                lifetime: self.plugin_cert_lifetime,
+            }),
+            (None, None, Some(cert), Some(key), Some(ca)) => {
+                Some(PluginTlsPlan::Files(PluginTlsFiles {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                    ca: ca.clone(),
+                }))
+            }
+            _ => {
+                return Err("plugin TLS needs --plugin-ca-file with either \
+                     --plugin-signing-cert-file and --plugin-signing-key-file (kplug's plugin CA) \
+                     or --plugin-client-cert-file and --plugin-client-key-file (your own PKI)"
+                    .to_owned());
+            }
+        };
+        if self.plugin_cert_lifetime < MIN_PLUGIN_CERT_LIFETIME {
+            return Err(format!(
+                "--plugin-cert-lifetime must be at least {}s: plugins renew at two thirds of it",
+                MIN_PLUGIN_CERT_LIFETIME.as_secs()
+            ));
+        }
+        match (self.plugin_tls, plan) {
+            (Some(PluginTlsMode::Disabled), Some(_)) => Err("--plugin-tls=disabled contradicts \
+                 the plugin TLS files given"
                 .to_owned()),
-            (_, (Some(cert), Some(key), Some(ca))) => Ok(Some(PluginTlsFiles {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-                ca: ca.clone(),
-            })),
-            _ => Err("--plugin-client-cert-file, --plugin-client-key-file and \
-                 --plugin-ca-file go together"
+            (Some(PluginTlsMode::Required), None) => Err("--plugin-tls=required needs \
+                 --plugin-ca-file with --plugin-signing-cert-file and --plugin-signing-key-file \
+                 (kplug's plugin CA) or with --plugin-client-cert-file and \
+                 --plugin-client-key-file (your own PKI)"
                 .to_owned()),
+            (_, plan) => Ok(plan),
         }
     }
 }
+
+/// The shortest certificate lifetime kplug accepts: a renewal every 20
+/// seconds is already far more than any real rotation needs.
+const MIN_PLUGIN_CERT_LIFETIME: Duration = Duration::from_secs(30);
 
 /// What `kplug-apiserver plugin-certs` makes.
 #[derive(Debug, Args)]
@@ -478,7 +537,7 @@ mod tests {
         assert!(cli.is_ok(), "{cli:?}");
     }
 
-    fn plugin_tls(flags: &[&str]) -> Result<Option<PluginTlsFiles>, String> {
+    fn plugin_tls(flags: &[&str]) -> Result<Option<PluginTlsPlan>, String> {
         let serve = [
             "kplug-apiserver",
             "serve",
@@ -489,7 +548,7 @@ mod tests {
             Cli {
                 command: Command::Serve(config),
                 ..
-            } => config.plugin_tls.files(),
+            } => config.plugin_tls.plan(),
             other => Err(format!("{other:?}")),
         }
     }
@@ -506,6 +565,7 @@ mod tests {
             client_key: "/p/k".into(),
             ca: "/p/ca".into(),
         };
+        let expected = PluginTlsPlan::Files(expected);
         assert_eq!(plugin_tls(&files), Ok(Some(expected.clone())));
         let required = ["--plugin-tls=required"];
         let all: Vec<&str> = required.iter().chain(&files).copied().collect();
@@ -522,6 +582,53 @@ mod tests {
             .copied()
             .collect();
         assert!(plugin_tls(&contradiction).is_err());
+    }
+
+    #[test]
+    fn kplugs_plugin_ca_signs_with_a_bundle_and_excludes_the_users_files() {
+        let signing = [
+            "--plugin-signing-cert-file=/s/tls.crt",
+            "--plugin-signing-key-file=/s/tls.key",
+            "--plugin-ca-file=/s/ca.crt",
+        ];
+        let expected = |lifetime| {
+            Ok(Some(PluginTlsPlan::Signing {
+                files: SigningFiles {
+                    cert: "/s/tls.crt".into(),
+                    key: "/s/tls.key".into(),
+                    trust_bundle: "/s/ca.crt".into(),
+                },
+                lifetime,
+            }))
+        };
+        assert_eq!(
+            plugin_tls(&signing),
+            expected(Duration::from_secs(6 * 3600))
+        );
+        let short: Vec<&str> = signing
+            .iter()
+            .chain(&["--plugin-cert-lifetime=1m"])
+            .copied()
+            .collect();
+        assert_eq!(plugin_tls(&short), expected(Duration::from_secs(60)));
+        let too_short: Vec<&str> = signing
+            .iter()
+            .chain(&["--plugin-cert-lifetime=10s"])
+            .copied()
+            .collect();
+        assert!(
+            plugin_tls(&too_short)
+                .expect_err("10s")
+                .contains("at least 30s")
+        );
+        // Without the bundle, or mixed with the user's files: an error.
+        assert!(plugin_tls(&signing[..2]).is_err());
+        let mixed: Vec<&str> = signing
+            .iter()
+            .chain(&["--plugin-client-cert-file=/p/c"])
+            .copied()
+            .collect();
+        assert!(plugin_tls(&mixed).is_err());
     }
 
     #[test]

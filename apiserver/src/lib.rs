@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod heartbeat;
+pub mod identity;
 pub mod proxy;
 pub mod registry;
 pub mod server;

@@ -19,6 +19,7 @@ pub use validate::{FieldError, Invalid, declaration};
 
 use crate::auth::delegated::Delegated;
 use crate::auth::{Attributes, AuthError};
+use crate::identity::{SignError, Signer};
 use crate::registry::Registry;
 use crate::validation;
 use metrics::Answer;
@@ -35,6 +36,8 @@ pub struct HeartbeatService {
     /// Cluster mode: who may heartbeat under which name. Without it
     /// (standalone mode, loopback only) callers are trusted.
     auth: Option<Arc<Delegated>>,
+    /// Signs plugins' certificate requests; without it they are refused.
+    signer: Option<Arc<Signer>>,
     metrics: HeartbeatMetrics,
 }
 
@@ -64,8 +67,15 @@ impl HeartbeatService {
         Self {
             registry,
             auth,
+            signer: None,
             metrics: HeartbeatMetrics::default(),
         }
+    }
+
+    /// Signs the certificate requests of authorized heartbeats with `signer`.
+    pub fn with_signer(mut self, signer: Option<Arc<Signer>>) -> Self {
+        self.signer = signer;
+        self
     }
 
     /// Counts into `metrics` (registered by the caller).
@@ -118,7 +128,52 @@ impl HeartbeatService {
             ttl: prost_types::Duration::try_from(self.registry.ttl(interval)).ok(),
             uid: String::new(),
             server_protocol: Some(server_protocol()),
+            ..HeartbeatResponse::default()
         }
+    }
+
+    /// The certificate for `request` (DER, empty for none) of an instance
+    /// of `plugin`, and the trust bundle unless the instance holds it
+    /// (`held`: its SHA-256).
+    fn identity(
+        &self,
+        plugin: &str,
+        request: &[u8],
+        held: &[u8],
+    ) -> Result<(String, String, Option<Duration>), Status> {
+        let Some(signer) = &self.signer else {
+            if request.is_empty() {
+                return Ok((String::new(), String::new(), None));
+            }
+            return Err(Status::failed_precondition(
+                "this kplug does not sign plugin certificates (it runs without \
+                 --plugin-signing-cert-file): give the plugin its own certificate \
+                 (KPLUG_TLS_CERT_FILE, see certs/README.md) or configure kplug's plugin CA",
+            ));
+        };
+        let (chain, renew_after) = if request.is_empty() {
+            (String::new(), None)
+        } else {
+            let issued = signer.sign(plugin, request).map_err(|error| {
+                tracing::info!(plugin, %error, "certificate request refused");
+                match error {
+                    SignError::Request(refused) => {
+                        Status::invalid_argument(format!("certificate request refused: {refused}"))
+                    }
+                    internal @ SignError::Internal(_) => Status::internal(internal.to_string()),
+                }
+            })?;
+            tracing::debug!(plugin, "plugin certificate issued");
+            (issued.certificate_chain, Some(issued.renew_after))
+        };
+        let bundle = signer.trust_bundle();
+        let send_bundle = !chain.is_empty() || held != bundle.sha256;
+        let bundle = if send_bundle {
+            bundle.pem.to_string()
+        } else {
+            String::new()
+        };
+        Ok((chain, bundle, renew_after))
     }
 }
 
@@ -146,7 +201,10 @@ impl HeartbeatService {
                 return (rejection(&status), Err(status));
             }
         };
-        let declaration = match declaration(request.into_inner(), &self.registry, registered_by) {
+        let mut request = request.into_inner();
+        let certificate_request = std::mem::take(&mut request.certificate_request);
+        let held_bundle = std::mem::take(&mut request.trust_bundle_sha256);
+        let declaration = match declaration(request, &self.registry, registered_by) {
             Ok(declaration) => declaration,
             Err(Invalid::Fields(errors)) => {
                 let invalid = Invalid::Fields(errors);
@@ -168,6 +226,13 @@ impl HeartbeatService {
         };
         let name = declaration.name.clone();
         let interval = declaration.interval;
+        // Signed before the registry takes the heartbeat, so a request that
+        // cannot be signed registers nothing; the identity was authorized above.
+        let (certificate_chain, trust_bundle, renew_after) =
+            match self.identity(&name, &certificate_request, &held_bundle) {
+                Ok(identity) => identity,
+                Err(status) => return (rejection(&status), Err(status)),
+            };
         match self.registry.heartbeat(declaration, Timestamp::now()) {
             Ok(accepted) => (
                 Answer::Accepted,
@@ -179,6 +244,10 @@ impl HeartbeatService {
                     ttl: prost_types::Duration::try_from(accepted.ttl).ok(),
                     uid: accepted.uid,
                     server_protocol: Some(server_protocol()),
+                    certificate_chain,
+                    trust_bundle,
+                    certificate_renew_after: renew_after
+                        .and_then(|d| prost_types::Duration::try_from(d).ok()),
                 })),
             ),
             Err(refusal) => {

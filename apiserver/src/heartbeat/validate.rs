@@ -7,7 +7,7 @@ use kplug_proto::v1alpha1::{HeartbeatRequest, PROTOCOL_VERSION};
 
 use crate::registry::{Declaration, Registry};
 use crate::v1alpha1::{ExtensionKind, PluginApi, Protocol, labels};
-use crate::validation;
+use crate::{identity, validation};
 
 const MAX_VERSION_LEN: usize = 63;
 const MAX_EXTENSIONS: usize = 64;
@@ -85,13 +85,22 @@ fn short_text(value: &str) -> Option<String> {
 }
 
 /// A name to verify in a certificate: a DNS name, or an IP address for
-/// certificates issued to one.
-fn server_name(value: &str) -> Option<String> {
+/// certificates issued to one. Names under kplug's identity suffix are
+/// plugin identities: plugin `plugin` may declare only its own.
+fn server_name(value: &str, plugin: &str) -> Option<String> {
     if value.parse::<std::net::IpAddr>().is_ok() {
         return None;
     }
-    validation::dns1123_subdomain(value)
-        .map(|problem| format!("must be an IP address or a DNS name: {problem}"))
+    if let Some(problem) = validation::dns1123_subdomain(value) {
+        return Some(format!("must be an IP address or a DNS name: {problem}"));
+    }
+    let own = identity::identity(plugin);
+    (value.ends_with(&format!(".{}", identity::IDENTITY_SUFFIX)) && value != own).then(|| {
+        format!(
+            "names under {} are plugin identities: plugin {plugin:?} may declare only {own:?}",
+            identity::IDENTITY_SUFFIX
+        )
+    })
 }
 
 fn interval(duration: Option<&prost_types::Duration>) -> Result<Option<Duration>, String> {
@@ -173,7 +182,7 @@ pub fn declaration(
         errors.check(
             "serverName",
             &request.server_name,
-            server_name(&request.server_name),
+            server_name(&request.server_name, &request.name),
         );
     }
     errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);

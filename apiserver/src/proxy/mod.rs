@@ -22,7 +22,7 @@ mod metrics;
 mod tls;
 use balance::{Chosen, undelivered};
 pub use metrics::ProxyMetrics;
-pub use tls::{PluginTls, PluginTlsError, PluginTlsFiles};
+pub use tls::{PluginTls, PluginTlsError, PluginTlsFiles, PluginTlsSource};
 
 /// Tunables of the proxy.
 #[derive(Clone, Debug)]

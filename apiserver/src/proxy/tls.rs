@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use rustls::RootCertStore;
@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::ProxyError;
+use crate::identity::{Signer, SignerError};
 use crate::server::serving_cert::reload_every;
 
 /// kplug's client certificate and key, and the CA of plugins' serving
@@ -54,55 +55,84 @@ pub enum PluginTlsError {
         key: PathBuf,
         detail: String,
     },
+    #[error("kplug's plugin CA: {0}")]
+    Signer(#[source] SignerError),
 }
 
-/// One loaded generation of the files.
+/// Where kplug's client certificate and the plugin CAs come from.
+pub enum PluginTlsSource {
+    /// Files the user's PKI made (`--plugin-client-cert-file` and friends).
+    Files(PluginTlsFiles),
+    /// kplug's plugin CA: kplug issues its own client certificate and
+    /// trusts the signer's bundle.
+    Signer(Arc<Signer>),
+}
+
+/// What a generation of the material was made from, to tell when the next
+/// one is due.
+enum Origin {
+    /// The files' bytes (cert, key, CA), to tell a change from a re-read.
+    Files([Vec<u8>; 3]),
+    /// Issued by the signer at its `generation`; renewed after `renew_at`.
+    Issued { generation: u64, renew_at: Instant },
+}
+
+/// One loaded generation of the material.
 pub(super) struct Material {
     pub(super) generation: u64,
-    /// The files' bytes (cert, key, CA), to tell a change from a re-read.
-    contents: [Vec<u8>; 3],
+    origin: Origin,
     identity: Identity,
     ca: Certificate,
 }
 
-/// kplug's TLS material for dialing plugins, reloaded from its files.
+/// kplug's TLS material for dialing plugins, reloaded from its source.
 pub struct PluginTls {
-    files: PluginTlsFiles,
+    source: PluginTlsSource,
     current: RwLock<Arc<Material>>,
     /// `current`'s generation, read on every call without the lock.
     generation: AtomicU64,
 }
 
+/// The common name of the client certificate kplug issues itself.
+const CLIENT_NAME: &str = "kplug";
+
 impl PluginTls {
-    /// Reads and checks the files.
-    pub fn load(files: PluginTlsFiles) -> Result<Self, PluginTlsError> {
-        let contents = read_all(&files)?;
-        let material = material(&files, contents, 1)?;
+    /// Reads and checks the material.
+    pub fn load(source: PluginTlsSource) -> Result<Self, PluginTlsError> {
+        let material = fresh(&source, 1)?;
         Ok(Self {
-            files,
+            source,
             current: RwLock::new(Arc::new(material)),
             generation: AtomicU64::new(1),
         })
     }
 
-    /// Loads `files` when given; without them calls to plugins are
+    /// Loads `source` when given; without it calls to plugins are
     /// plaintext, which this logs loudly, as it is insecure.
-    pub fn start(files: Option<PluginTlsFiles>) -> Result<Option<Arc<Self>>, PluginTlsError> {
-        let Some(files) = files else {
+    pub fn start(source: Option<PluginTlsSource>) -> Result<Option<Arc<Self>>, PluginTlsError> {
+        let Some(source) = source else {
             tracing::warn!(
                 "calls to plugins are PLAINTEXT and unauthenticated: any pod that can reach a \
                  plugin's address can call it directly, bypassing RBAC on plugins/reconcile. \
-                 Set --plugin-client-cert-file, --plugin-client-key-file and --plugin-ca-file \
+                 Set --plugin-signing-cert-file, --plugin-signing-key-file and --plugin-ca-file \
                  (see deploy/README.md, \"Plugin TLS\")"
             );
             return Ok(None);
         };
-        let tls = Self::load(files)?;
-        tracing::info!(
-            client_cert = %tls.files.client_cert.display(),
-            ca = %tls.files.ca.display(),
-            "calls to plugins use mutual TLS"
-        );
+        let tls = Self::load(source)?;
+        match &tls.source {
+            PluginTlsSource::Files(files) => tracing::info!(
+                client_cert = %files.client_cert.display(),
+                ca = %files.ca.display(),
+                "calls to plugins use mutual TLS"
+            ),
+            PluginTlsSource::Signer(signer) => tracing::info!(
+                signing_cert = %signer.files().cert.display(),
+                ca = %signer.files().trust_bundle.display(),
+                lifetime = ?signer.lifetime(),
+                "calls to plugins use mutual TLS with certificates of kplug's plugin CA"
+            ),
+        }
         Ok(Some(Arc::new(tls)))
     }
 
@@ -116,19 +146,42 @@ impl PluginTls {
         self.current.read().clone()
     }
 
-    /// Re-reads the files; returns whether the material changed. Files
-    /// that do not load (e.g. a certificate replaced before its key) keep
-    /// the current material.
+    /// Re-reads the files, or renews the issued client certificate when
+    /// due or when the plugin CA changed; returns whether the material
+    /// changed. Files that do not load (e.g. a certificate replaced before
+    /// its key) keep the current material.
     pub fn reload(&self) -> Result<bool, PluginTlsError> {
-        let contents = read_all(&self.files)?;
-        if self.current.read().contents == contents {
-            return Ok(false);
-        }
+        let next = {
+            let current = self.current.read();
+            let generation = current.generation + 1;
+            match (&self.source, &current.origin) {
+                (PluginTlsSource::Files(files), Origin::Files(loaded)) => {
+                    let contents = read_all(files)?;
+                    if *loaded == contents {
+                        return Ok(false);
+                    }
+                    material(files, contents, generation)?
+                }
+                (
+                    PluginTlsSource::Signer(signer),
+                    Origin::Issued {
+                        generation: issued_by,
+                        renew_at,
+                    },
+                ) => {
+                    let changed = signer.reload().map_err(PluginTlsError::Signer)?;
+                    if !changed && *issued_by == signer.generation() && Instant::now() < *renew_at {
+                        return Ok(false);
+                    }
+                    issued(signer, generation)?
+                }
+                // Never: a material's origin is its source's.
+                _ => fresh(&self.source, generation)?,
+            }
+        };
         let mut current = self.current.write();
-        let material = material(&self.files, contents, current.generation + 1)?;
-        self.generation
-            .store(material.generation, Ordering::Release);
-        *current = Arc::new(material);
+        self.generation.store(next.generation, Ordering::Release);
+        *current = Arc::new(next);
         Ok(true)
     }
 
@@ -138,11 +191,35 @@ impl PluginTls {
             period,
             shutdown,
             || self.reload(),
-            || tracing::info!(generation = self.generation(), "plugin TLS files reloaded: new connections to plugins use them"),
-            |e| tracing::error!(error = %e, "plugin TLS files changed but do not load; keeping the current ones"),
+            || tracing::info!(generation = self.generation(), "plugin TLS material renewed: new connections to plugins use it"),
+            |e| tracing::error!(error = %e, "plugin TLS material changed but does not load; keeping the current one"),
         )
         .await;
     }
+}
+
+/// The material `source` holds now.
+fn fresh(source: &PluginTlsSource, generation: u64) -> Result<Material, PluginTlsError> {
+    match source {
+        PluginTlsSource::Files(files) => material(files, read_all(files)?, generation),
+        PluginTlsSource::Signer(signer) => issued(signer, generation),
+    }
+}
+
+/// A client certificate from `signer`, and its bundle as the plugin CAs.
+fn issued(signer: &Signer, generation: u64) -> Result<Material, PluginTlsError> {
+    let client = signer
+        .issue_client(CLIENT_NAME)
+        .map_err(PluginTlsError::Signer)?;
+    Ok(Material {
+        generation,
+        origin: Origin::Issued {
+            generation: signer.generation(),
+            renew_at: Instant::now() + signer.lifetime() * 2 / 3,
+        },
+        identity: Identity::from_pem(client.cert, client.key),
+        ca: Certificate::from_pem(signer.trust_bundle().pem.as_bytes()),
+    })
 }
 
 fn read_all(files: &PluginTlsFiles) -> Result<[Vec<u8>; 3], PluginTlsError> {
@@ -210,7 +287,7 @@ fn material(
         generation,
         identity: Identity::from_pem(cert_pem, key_pem),
         ca: Certificate::from_pem(ca_pem),
-        contents,
+        origin: Origin::Files(contents),
     })
 }
 

@@ -96,7 +96,7 @@ fn files_that_do_not_go_together_never_replace_loaded_ones() {
     let ca = ca("plugin-ca");
     let first = ca.issue_client("kplug", &[]).expect("client");
     let files = write_files(dir.path(), &first, &ca);
-    let tls = PluginTls::load(files.clone()).expect("load");
+    let tls = PluginTls::load(PluginTlsSource::Files(files.clone())).expect("load");
     assert_eq!(tls.generation(), 1);
     assert!(!tls.reload().expect("re-read"), "nothing changed");
 
@@ -117,7 +117,7 @@ fn files_that_do_not_go_together_never_replace_loaded_ones() {
         "{error}"
     );
     std::fs::remove_file(&files.client_key).expect("remove");
-    let Err(error) = PluginTls::load(files) else {
+    let Err(error) = PluginTls::load(PluginTlsSource::Files(files)) else {
         panic!("loaded without a key file");
     };
     assert!(matches!(error, PluginTlsError::Read { .. }), "{error}");
@@ -129,7 +129,9 @@ async fn rotation_replaces_the_channel_and_calls_in_flight_finish_on_the_old_one
     let ca = ca("plugin-ca");
     let mut plugin = serve(&serving(&ca), &ca).await;
     let old = ca.issue_client("kplug", &[]).expect("client");
-    let tls = Arc::new(PluginTls::load(write_files(dir.path(), &old, &ca)).expect("load"));
+    let tls = Arc::new(
+        PluginTls::load(PluginTlsSource::Files(write_files(dir.path(), &old, &ca))).expect("load"),
+    );
     let proxy = Arc::new(Proxy::new(ProxyConfig::default()).with_tls(Some(tls.clone())));
     let registry = Registry::new(RegistryConfig::default());
     let target = registered(&registry, "hello", &plugin.address, SERVER_NAME);
@@ -172,7 +174,12 @@ async fn tls_failures_are_typed_and_say_what_to_fix() {
     let (ca, other) = (ca("plugin-ca"), ca("other-ca"));
     let plugin = serve(&serving(&ca), &ca).await;
     let client = ca.issue_client("kplug", &[]).expect("client");
-    let tls = PluginTls::load(write_files(dir.path(), &client, &ca)).expect("load");
+    let tls = PluginTls::load(PluginTlsSource::Files(write_files(
+        dir.path(),
+        &client,
+        &ca,
+    )))
+    .expect("load");
     let proxy = Proxy::new(ProxyConfig::default()).with_tls(Some(Arc::new(tls)));
     let registry = Registry::new(RegistryConfig::default());
 

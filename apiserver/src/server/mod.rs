@@ -31,9 +31,10 @@ use crate::api::{self, AppState, openapi::OpenApi};
 use crate::auth::Auth;
 use crate::auth::delegated::Delegated;
 use crate::auth::verifier::{optional_client_auth, roots};
-use crate::config::{ClusterConfig, StandaloneConfig, Tuning};
+use crate::config::{ClusterConfig, PluginTlsPlan, StandaloneConfig, Tuning};
 use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
-use crate::proxy::{PluginTls, Proxy, ProxyMetrics};
+use crate::identity::Signer;
+use crate::proxy::{PluginTls, PluginTlsSource, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
 use front_door::{Callers, ConnectionMetrics, Door, Limits};
 use serving_cert::ServingCert;
@@ -344,8 +345,16 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         )
         .context("loading the serving certificate")?,
     );
-    let plugin_tls = PluginTls::start(config.plugin_tls.files().map_err(anyhow::Error::msg)?)
-        .context("loading the plugin TLS files")?;
+    let (plugin_tls_source, signer) = match config.plugin_tls.plan().map_err(anyhow::Error::msg)? {
+        None => (None, None),
+        Some(PluginTlsPlan::Files(files)) => (Some(PluginTlsSource::Files(files)), None),
+        Some(PluginTlsPlan::Signing { files, lifetime }) => {
+            let signer =
+                Arc::new(Signer::load(files, lifetime).context("loading kplug's plugin CA")?);
+            (Some(PluginTlsSource::Signer(signer.clone())), Some(signer))
+        }
+    };
+    let plugin_tls = PluginTls::start(plugin_tls_source).context("loading the plugin TLS files")?;
     let client = kube_client(&config).await?;
     let delegated = Arc::new(Delegated::new(client, (&config).into()));
     delegated.load().await;
@@ -369,6 +378,7 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         tls: Some(grpc_tls),
         app: tonic::service::Routes::new(
             HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
+                .with_signer(signer)
                 .with_metrics(core.heartbeat_metrics.clone())
                 .into_server(),
         )
