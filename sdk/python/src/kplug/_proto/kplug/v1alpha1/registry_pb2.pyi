@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol", "instance", "draining", "server_name")
+    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol", "instance", "draining", "server_name", "certificate_request", "trust_bundle_sha256")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,8 @@ class HeartbeatRequest(_message.Message):
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TRUST_BUNDLE_SHA256_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     api: PluginApi
@@ -42,7 +44,9 @@ class HeartbeatRequest(_message.Message):
     instance: str
     draining: bool
     server_name: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ..., instance: _Optional[str] = ..., draining: _Optional[bool] = ..., server_name: _Optional[str] = ...) -> None: ...
+    certificate_request: bytes
+    trust_bundle_sha256: bytes
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ..., instance: _Optional[str] = ..., draining: _Optional[bool] = ..., server_name: _Optional[str] = ..., certificate_request: _Optional[bytes] = ..., trust_bundle_sha256: _Optional[bytes] = ...) -> None: ...
 
 class PluginApi(_message.Message):
     __slots__ = ("group", "resource", "version")
@@ -75,7 +79,7 @@ class Protocol(_message.Message):
     def __init__(self, version: _Optional[str] = ..., sdk: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("accepted", "reason", "message", "interval", "ttl", "uid", "server_protocol")
+    __slots__ = ("accepted", "reason", "message", "interval", "ttl", "uid", "server_protocol", "certificate_chain", "trust_bundle", "certificate_renew_after")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +87,9 @@ class HeartbeatResponse(_message.Message):
     TTL_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     SERVER_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_CHAIN_FIELD_NUMBER: _ClassVar[int]
+    TRUST_BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_RENEW_AFTER_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     message: str
@@ -90,7 +97,10 @@ class HeartbeatResponse(_message.Message):
     ttl: _duration_pb2.Duration
     uid: str
     server_protocol: Protocol
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., uid: _Optional[str] = ..., server_protocol: _Optional[_Union[Protocol, _Mapping]] = ...) -> None: ...
+    certificate_chain: str
+    trust_bundle: str
+    certificate_renew_after: _duration_pb2.Duration
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., uid: _Optional[str] = ..., server_protocol: _Optional[_Union[Protocol, _Mapping]] = ..., certificate_chain: _Optional[str] = ..., trust_bundle: _Optional[str] = ..., certificate_renew_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DeregisterRequest(_message.Message):
     __slots__ = ("name", "address", "instance")
