@@ -78,6 +78,21 @@ class Ca:
         """A client certificate for ``common_name``."""
         return self._issue(common_name, ExtendedKeyUsageOID.CLIENT_AUTH, None)
 
+    def sign_request(self, request: bytes) -> bytes:
+        """A serving certificate (PEM) for the key and names of ``request``, a DER PKCS#10 request,
+        as kplug's plugin CA signs one; the test's stand-in for kplug in unit tests."""
+        csr = x509.load_der_x509_csr(request)
+        names = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        public_key = csr.public_key()
+        assert isinstance(public_key, ec.EllipticCurvePublicKey)
+        certificate = (
+            self._builder(csr.subject, public_key)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(names, critical=False)
+            .sign(self._key, hashes.SHA256())
+        )
+        return certificate.public_bytes(serialization.Encoding.PEM)
+
     def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
         return (
             x509.CertificateBuilder()

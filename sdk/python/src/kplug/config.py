@@ -40,6 +40,12 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
   without asking callers for certificates: anyone who reaches the port may call the plugin.
 - ``--server-name NAME`` / ``KPLUG_SERVER_NAME``: the name kplug verifies in the serving
   certificate; default: the host of the advertised address.
+- ``--issued-identity`` / ``KPLUG_ISSUED_IDENTITY=true``: serve TLS with the identity kplug issues
+  (:mod:`kplug.identity`): a key made in memory, a certificate for ``NAME.plugins.kplug.io`` that
+  kplug (with ``--plugin-signing-cert-file``) signs on the heartbeats and renews, and kplug's client
+  CA from the same answers. Needs an ``https://`` registry and ``--token-file``; excludes
+  ``--tls-cert-file``, ``--tls-key-file``, ``--client-ca-file``, ``--allow-unauthenticated-clients``
+  and ``--server-name``. Needs the ``cryptography`` package (``pip install 'kplug[identity]'``).
 
 Durations are written as in the Rust SDK: ``500ms``, ``5s``, ``2m``, ``1h`` or
 a bare number of seconds. The flags, environment variables and defaults
@@ -125,6 +131,10 @@ class Config:
     #: The name kplug verifies in the serving certificate; ``""``: the host of
     #: the advertised address.
     server_name: str = ""
+    #: Serve TLS with the identity kplug issues on the heartbeats
+    #: (:mod:`kplug.identity`) instead of certificate files; see
+    #: :func:`check_issued_identity`.
+    issued_identity: bool = False
 
 
 def default_instance(environ: Mapping[str, str] | None = None) -> str:
@@ -171,6 +181,30 @@ def check_serving_tls(
             "--allow-unauthenticated-clients contradicts --client-ca-file, which requires client "
             "certificates: drop one of them"
         )
+
+
+def check_issued_identity(config: Config) -> None:
+    """Raises :class:`ValueError` if :attr:`Config.issued_identity` does not fit the rest of ``config``.
+
+    kplug signs a certificate only in cluster mode (an ``https://`` registry)
+    and only for a heartbeat whose ServiceAccount token (``token_file``) may
+    heartbeat as the plugin. The identity replaces the certificate files and
+    the client CA, always verifies callers (kplug's client certificate) and
+    is the name kplug verifies, so no ``server_name`` may be declared.
+    """
+    if not config.issued_identity:
+        return
+    flag = "--issued-identity (KPLUG_ISSUED_IDENTITY)"
+    if not config.registry or not registry_uses_tls(config.registry):
+        raise ValueError(f"{flag} asks kplug in cluster mode for a certificate: the registry must be https://")
+    if not config.token_file:
+        raise ValueError(f"{flag} is granted to the plugin's ServiceAccount: set --token-file (KPLUG_TOKEN_FILE)")
+    if config.tls_cert_file or config.tls_key_file or config.client_ca_file:
+        raise ValueError(f"{flag} replaces --tls-cert-file, --tls-key-file and --client-ca-file: drop them")
+    if config.allow_unauthenticated_clients:
+        raise ValueError(f"{flag} accepts only kplug's client certificate: drop --allow-unauthenticated-clients")
+    if config.server_name:
+        raise ValueError(f"{flag} certifies NAME.plugins.kplug.io, the name kplug verifies: drop --server-name")
 
 
 def parse_bool(text: str) -> bool:
@@ -415,6 +449,15 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "default: the host of the advertised address)",
     )
     group.add_argument(
+        "--issued-identity",
+        action="store_const",
+        const="true",
+        default=env("KPLUG_ISSUED_IDENTITY"),
+        help="serve TLS with a certificate for NAME.plugins.kplug.io that kplug signs on the heartbeats and "
+        "renews, for a key made in memory, accepting only kplug's client certificate; needs an https:// "
+        "registry and --token-file (env KPLUG_ISSUED_IDENTITY=true; default: off)",
+    )
+    group.add_argument(
         "--log-level",
         type=str.upper,
         choices=_LOG_LEVELS,
@@ -428,8 +471,9 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
 
     Raises :class:`ValueError` for a bad registry address (including
     ``https://`` without ``--registry-ca-file``), ``KPLUG_LABELS``,
-    ``KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS`` or serving TLS options that do not
-    fit together (:func:`check_serving_tls`).
+    ``KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS``, ``KPLUG_ISSUED_IDENTITY`` or serving
+    TLS options that do not fit together (:func:`check_serving_tls`,
+    :func:`check_issued_identity`).
     """
     check_registry(args.registry, args.registry_ca_file)
     labels = dict(args.labels) if args.labels is not None else parse_labels(environ.get("KPLUG_LABELS", ""))
@@ -437,8 +481,11 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         allow_unauthenticated_clients = parse_bool(args.allow_unauthenticated_clients or "")
     except ValueError as error:
         raise ValueError(f"KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS: {error}") from None
-    check_serving_tls(args.tls_cert_file, args.tls_key_file, args.client_ca_file, allow_unauthenticated_clients)
-    return Config(
+    try:
+        issued_identity = parse_bool(args.issued_identity or "")
+    except ValueError as error:
+        raise ValueError(f"KPLUG_ISSUED_IDENTITY: {error}") from None
+    config = Config(
         registry=args.registry,
         listen=args.listen,
         advertise=args.advertise,
@@ -455,7 +502,12 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         client_ca_file=args.client_ca_file,
         allow_unauthenticated_clients=allow_unauthenticated_clients,
         server_name=args.server_name,
+        issued_identity=issued_identity,
     )
+    # First: its refusals name the flags that --issued-identity replaces.
+    check_issued_identity(config)
+    check_serving_tls(args.tls_cert_file, args.tls_key_file, args.client_ca_file, allow_unauthenticated_clients)
+    return config
 
 
 def _address(text: str) -> str:

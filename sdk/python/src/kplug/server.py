@@ -11,17 +11,20 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from kplug import identity as _identity
 from kplug._version import __version__
 from kplug._wire import seconds_duration
 from kplug.config import (
     Config,
     advertised_address,
     bind_address,
+    check_issued_identity,
     check_registry,
     check_serving_tls,
     default_instance,
 )
-from kplug.heartbeat import Heartbeater, HeartbeatStatus
+from kplug.heartbeat import Accepted, Failed, Heartbeater, HeartbeatStatus, Refused
+from kplug.identity import IdentityError, IssuedIdentity
 from kplug.plugin import ApiRef, Plugin, check_name
 from kplug.proto import PROTOCOL_VERSION, plugin_pb2_grpc, registry_pb2
 from kplug.service import PluginService
@@ -137,19 +140,27 @@ class Server:
 
 
 def serve(plugin: Plugin, config: Config | None = None) -> Server:
-    """Starts serving ``plugin`` and heartbeating into kplug's registry; returns at once.
+    """Starts serving ``plugin`` and heartbeating into kplug's registry; returns at once, except
+    with :attr:`Config.issued_identity`.
+
+    With :attr:`Config.issued_identity` the port is bound first (connections
+    wait in its backlog) and the heartbeats start, asking kplug for the
+    certificate; the server starts once kplug signed it, waiting at most
+    :data:`kplug.identity.FIRST_CERTIFICATE_TIMEOUT` (60 s). Past that, or
+    when kplug refuses the request, it raises :class:`ServeError`.
 
     Raises :class:`ValueError` for an invalid declaration or address (e.g. a
     plugin name kplug would refuse, or an ``https://`` registry without
     :attr:`Config.registry_ca_file`) or serving TLS options that do not fit
-    together, and :class:`ServeError` when the listen address cannot be bound
-    or the registry CA file or the serving TLS files cannot be read or used.
-    Nothing is left running when it raises.
+    together, and :class:`ServeError` when the listen address cannot be bound,
+    the registry CA file or the serving TLS files cannot be read or used, or
+    kplug issued no certificate (above). Nothing is left running when it raises.
     """
     config = config or Config()
     name = config.name or plugin.name
     check_name(name)
     api = ApiRef.parse(plugin.api)
+    check_issued_identity(config)
     check_serving_tls(
         config.tls_cert_file, config.tls_key_file, config.client_ca_file, config.allow_unauthenticated_clients
     )
@@ -158,8 +169,10 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         check_registry(config.registry, config.registry_ca_file)
         registry_ca = _read_registry_ca(config.registry_ca_file)
     certificates = _serving_certificates(config)
+    identity = _issued_identity(config, name)
+    credentials = certificates.credentials() if certificates else identity.credentials() if identity else None
     instance = default_instance() if config.instance is None else config.instance
-    if config.server_name and certificates is None:
+    if config.server_name and credentials is None:
         _log.warning("--server-name %s has no effect: the plugin serves plain gRPC", config.server_name)
 
     executor = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="kplug-rpc")
@@ -169,20 +182,27 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     plugin_pb2_grpc.add_PluginServicer_to_server(PluginService(plugin), grpc_server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
+    heartbeater: Heartbeater | None = None
     try:
-        port = _bind(grpc_server, config.listen, certificates)
+        port = _bind(grpc_server, config.listen, credentials)
         address = advertised_address(config.listen, port, config.advertise)
         heartbeater = (
             Heartbeater(
                 config.registry,
-                _heartbeat_request(plugin, name, api, address, instance, config),
+                _heartbeat_request(plugin, name, api, address, instance, config, identity),
                 token_file=config.token_file,
                 registry_ca=registry_ca,
+                identity=identity,
             )
             if config.registry
             else None
         )
+        if identity is not None and heartbeater is not None:
+            heartbeater.start()
+            _wait_for_certificate(identity, heartbeater)
     except BaseException:
+        if heartbeater is not None:
+            heartbeater.stop()
         grpc_server.stop(None)
         executor.shutdown(wait=False)
         raise
@@ -190,7 +210,7 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     grpc_server.start()
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    if heartbeater is not None:
+    if heartbeater is not None and identity is None:
         heartbeater.start()
     _log.info(
         "serving plugin %r%s (%s, %s %s) on port %d (%s), advertised as %s%s",
@@ -200,7 +220,7 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         plugin.implementation or "no implementation",
         plugin.version or "unversioned",
         port,
-        _describe_tls(certificates),
+        _describe_tls(certificates, identity),
         address,
         f"; registry {config.registry}" if config.registry else "; no registry",
     )
@@ -238,7 +258,40 @@ def _serving_certificates(config: Config) -> ServingCertificates | None:
         raise ServeError(str(error)) from None
 
 
-def _describe_tls(certificates: ServingCertificates | None) -> str:
+def _issued_identity(config: Config, name: str) -> IssuedIdentity | None:
+    """The key and signing request for ``--issued-identity``; ``None`` without it."""
+    if not config.issued_identity:
+        return None
+    try:
+        return IssuedIdentity(name)
+    except IdentityError as error:
+        raise ServeError(str(error)) from None
+
+
+def _wait_for_certificate(identity: IssuedIdentity, heartbeater: Heartbeater) -> None:
+    """Waits for kplug to sign the first certificate; raises :class:`ServeError` if it does not."""
+    timeout = _identity.FIRST_CERTIFICATE_TIMEOUT
+    _log.info("asking kplug for the certificate of %s", identity.name)
+    if identity.wait(timeout):
+        return
+    problem = identity.refusal
+    if problem is None:
+        last = heartbeater.status.last
+        if isinstance(last, Failed):
+            outcome = f"the last heartbeat failed: {last.code.name}: {last.message}"
+        elif isinstance(last, Refused):
+            outcome = f"kplug refused the last heartbeat: {last.reason}: {last.message}"
+        elif isinstance(last, Accepted):
+            outcome = "kplug accepted the heartbeats but sent no certificate"
+        else:
+            outcome = "no heartbeat was answered"
+        problem = f"kplug signed no certificate within {timeout:.3g}s ({outcome})"
+    raise ServeError(f"cannot serve the identity {identity.name}: {problem}")
+
+
+def _describe_tls(certificates: ServingCertificates | None, identity: IssuedIdentity | None = None) -> str:
+    if identity is not None:
+        return f"TLS as {identity.name} issued by kplug, client certificates of kplug's trust bundle required"
     if certificates is None:
         return "plain gRPC"
     if certificates.verifies_clients:
@@ -246,13 +299,13 @@ def _describe_tls(certificates: ServingCertificates | None) -> str:
     return "TLS, callers not authenticated"
 
 
-def _bind(grpc_server: grpc.Server, listen: str, certificates: ServingCertificates | None) -> int:
-    """Binds ``listen`` (with TLS if there are ``certificates``) and returns the port bound."""
+def _bind(grpc_server: grpc.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Binds ``listen`` (with TLS if there are ``credentials``) and returns the port bound."""
     try:
-        if certificates is None:
+        if credentials is None:
             port = grpc_server.add_insecure_port(bind_address(listen))
         else:
-            port = grpc_server.add_secure_port(bind_address(listen), certificates.credentials())
+            port = grpc_server.add_secure_port(bind_address(listen), credentials)
     except RuntimeError as error:  # gRPC's way of saying the bind failed
         raise ServeError(f"cannot listen on {listen}: {error}") from None
     if port == 0:
@@ -261,9 +314,15 @@ def _bind(grpc_server: grpc.Server, listen: str, certificates: ServingCertificat
 
 
 def _heartbeat_request(
-    plugin: Plugin, name: str, api: ApiRef, address: str, instance: str, config: Config
+    plugin: Plugin,
+    name: str,
+    api: ApiRef,
+    address: str,
+    instance: str,
+    config: Config,
+    identity: IssuedIdentity | None = None,
 ) -> registry_pb2.HeartbeatRequest:
-    """The declaration sent with every heartbeat."""
+    """The declaration sent with every heartbeat; with an ``identity``, its name is the server name."""
     request = registry_pb2.HeartbeatRequest(
         name=name,
         version=plugin.version,
@@ -276,7 +335,7 @@ def _heartbeat_request(
         labels=dict(config.labels),
         protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=CAPABILITIES),
         instance=instance,
-        server_name=config.server_name,
+        server_name=identity.name if identity else config.server_name,
     )
     if config.heartbeat_interval is not None:
         request.interval.CopyFrom(seconds_duration(config.heartbeat_interval))

@@ -61,6 +61,7 @@ from kplug.heartbeat.timing import (
     jitter,
 )
 from kplug.heartbeat.token import TokenFile
+from kplug.identity import IssuedIdentity
 from kplug.proto import registry_pb2
 
 __all__ = [
@@ -98,7 +99,9 @@ class Heartbeater:
     PEM of the CA to trust for an ``https://`` registry, required for one.
     ``resolve`` turns the registry's host name into addresses (default: the
     system resolver) and ``resolve_interval`` is how often it is asked again;
-    both are there for tests.
+    both are there for tests. With an ``identity`` (``--issued-identity``),
+    heartbeats ask for its certificate when one is due and take what kplug
+    answers (:mod:`kplug.identity`).
 
     Raises :class:`ValueError` for an invalid registry address, an
     ``https://`` one without ``registry_ca``, or a ``registry_ca`` without a
@@ -115,8 +118,10 @@ class Heartbeater:
         uniform: Callable[[], float] = random.random,
         resolve: Resolve = resolve_addresses,
         resolve_interval: float = RESOLVE_INTERVAL,
+        identity: IssuedIdentity | None = None,
     ) -> None:
         self._endpoint = Endpoint.parse(registry)
+        self._identity = identity
         self._credentials: grpc.ChannelCredentials | None = None
         if self._endpoint.tls:
             if registry_ca is None:
@@ -260,6 +265,7 @@ class Heartbeater:
                 token=self._token,
                 changed=self._changed,
                 uniform=self._uniform,
+                identity=self._identity,
             )
             self._sessions[target] = session
             session.start()

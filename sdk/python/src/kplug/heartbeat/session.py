@@ -34,6 +34,7 @@ from kplug.heartbeat.timing import (
     jitter,
 )
 from kplug.heartbeat.token import TokenFile
+from kplug.identity import IdentityError, IssuedIdentity
 from kplug.proto import registry_pb2, registry_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class Session:
     ``server_name`` is the name to verify kplug's certificate against when
     ``target`` is an address resolved from it. Status changes are made, and
     announced, under ``changed``, which the sessions of one plugin share.
+    With an ``identity``, each heartbeat asks for its certificate when one is
+    due (:meth:`IssuedIdentity.stamp`) and each answer's certificate or trust
+    bundle is taken (:meth:`IssuedIdentity.take`).
     """
 
     def __init__(
@@ -65,8 +69,10 @@ class Session:
         token: TokenFile,
         changed: threading.Condition,
         uniform: Callable[[], float] = random.random,
+        identity: IssuedIdentity | None = None,
     ) -> None:
         self.target = target
+        self._identity = identity
         self._request = registry_pb2.HeartbeatRequest()
         self._request.CopyFrom(request)
         self._credentials = credentials
@@ -197,10 +203,15 @@ class Session:
     def _heartbeat(self, timeout: float) -> float:
         """Sends one heartbeat and returns how long to wait for the next."""
         metadata = self._token.metadata()
+        message = self._request
+        if self._identity is not None:
+            message = registry_pb2.HeartbeatRequest()
+            message.CopyFrom(self._request)
+            self._identity.stamp(message)
         with self._lock:
             if self._stopping:
                 return 0.0
-            call = self._stub.Heartbeat.future(self._request, timeout=timeout, metadata=metadata)
+            call = self._stub.Heartbeat.future(message, timeout=timeout, metadata=metadata)
             self._in_flight = call
             self._unanswered = True  # until an answer says otherwise
         try:
@@ -212,16 +223,28 @@ class Session:
                 abandoned = self._stopping or call is self._abandoned
             if abandoned:
                 return 0.0
-            code, message = _status_of(error)
+            code, details = _status_of(error)
             if code in _DENIED:
-                return self._denied(code, message)
-            return self._failed(code, message)
+                return self._denied(code, details)
+            if self._identity is not None and message.certificate_request:
+                self._identity.refused(code, details)
+            return self._failed(code, details)
         finally:
             with self._lock:
                 self._in_flight = None
         return self._answered(reply)
 
     def _answered(self, reply: registry_pb2.HeartbeatResponse) -> float:
+        if self._identity is not None:
+            try:
+                if self._identity.take(reply):
+                    _log.info(
+                        "certificate or trust bundle from kplug at %s in use for new connections (identity %s)",
+                        self.target,
+                        self._identity.name,
+                    )
+            except IdentityError as error:
+                _log.warning("cannot use what kplug at %s sent for the plugin's identity: %s", self.target, error)
         asked = _seconds(reply.interval) if reply.HasField("interval") else None
         if asked:
             if asked != self._interval:
