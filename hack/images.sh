@@ -750,7 +750,7 @@ build() {
 # --- load ---------------------------------------------------------------------
 
 load() {
-  local names n addr snapshotter archive ref config have have_config
+  local names n addr snapshotter archive ref config have have_config complete listed
   names="$(selected "$@")"
   command -v ctr >/dev/null || die "ctr (containerd's client) not found"
   addr="${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock}"
@@ -766,15 +766,19 @@ load() {
     if [ -n "$have" ]; then
       have_config="$(ctr -n k8s.io content get "$have" 2>/dev/null |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])' 2>/dev/null || true)"
-      if [ "$have_config" = "$config" ] &&
-        ctr -n k8s.io images check --quiet --snapshotter "$snapshotter" "name==$ref" | grep -qxF "$ref"; then
+      # Captured, not piped into grep -q: under pipefail, grep leaving at the
+      # first match can kill ctr with SIGPIPE and fail the pipeline.
+      complete="$(ctr -n k8s.io images check --quiet --snapshotter "$snapshotter" "name==$ref" || true)"
+      if [ "$have_config" = "$config" ] && [ "$complete" = "$ref" ]; then
         log "$ref: already in containerd ($addr)"
         continue
       fi
     fi
     ctr -n k8s.io images import --snapshotter "$snapshotter" "$archive" >/dev/null ||
       die "ctr images import $archive failed (containerd at $addr)"
-    ctr -n k8s.io images ls "name==$ref" | grep -q . || die "$ref missing from containerd after the import"
+    listed="$(ctr -n k8s.io images ls --quiet "name==$ref" 2>&1)" ||
+      die "ctr images ls after importing $ref failed: $listed"
+    [ "$listed" = "$ref" ] || die "$ref missing from containerd after the import (ctr lists: ${listed:-nothing})"
     log "$ref: imported into containerd ($addr, namespace k8s.io)"
   done
 }

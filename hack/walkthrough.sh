@@ -313,7 +313,9 @@ install_kplug() {
   step "3/8 kplug as an aggregated API server: deploy/, its ServiceAccount, certificates, APIService"
   # The PodDisruptionBudget is policy/v1 (Kubernetes 1.21+); the local
   # kube-apiserver may be older, and there are no pods to disrupt here.
-  if k api-versions | grep -qx policy/v1; then
+  # Captured first: `grep -q` in a pipe can SIGPIPE kubectl under pipefail.
+  local versions; versions="$(k api-versions)" || fail "kubectl api-versions failed"
+  if grep -qx policy/v1 <<<"$versions"; then
     k apply -k "$ROOT/deploy" >/dev/null || fail "kubectl apply -k deploy/ failed"
   else
     k kustomize "$ROOT/deploy" | python3 -c '
