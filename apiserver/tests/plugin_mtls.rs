@@ -7,14 +7,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kplug_proto::v1alpha1::ReconcileRequest;
-use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, PluginCerts, PluginTlsFlags, hello_plugin_tls, output_text,
-    plugin_address, plugin_identity, replace_file, wait_plugin_ready, wait_until,
+    AggregatedKplug, ControlPlane, PluginCerts, PluginTlsFlags, call_plugin_directly,
+    hello_plugin_tls, plugin_address, plugin_identity, reconcile, replace_file, wait_plugin_ready,
+    wait_until,
 };
 use serde_json::json;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// The name the plugin's serving certificates are for, and that it declares.
 const SERVER_NAME: &str = "hello-mtls.plugins.svc";
@@ -22,18 +20,6 @@ const OBJECT: &str =
     r#"{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"ada"}}"#;
 /// Long enough for a reload on either side (kplug checks every second).
 const ROTATION: Duration = Duration::from_secs(60);
-
-/// Reconciles through kube-apiserver and kplug: Ok, or kubectl's error.
-fn reconcile(cluster: &ControlPlane, plugin: &str, request: &Path) -> Result<String, String> {
-    let path = format!("/apis/plugins.kplug.io/v1alpha1/plugins/{plugin}/reconcile");
-    let request = request.to_string_lossy();
-    let output = cluster.kubectl(&["create", "--raw", &path, "-f", &request]);
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(output_text(&output))
-    }
-}
 
 /// Waits until a reconcile through kplug fails with an error containing
 /// `want`, e.g. after one side rotated to certificates the other does not
@@ -57,40 +43,9 @@ fn wait_answered(cluster: &ControlPlane, plugin: &str, request: &Path) {
     );
 }
 
-/// Calls the plugin at `address` directly, not through kplug, on a new
-/// connection: verifying it against `ca` for [`SERVER_NAME`], presenting
-/// the client certificate `identity` (cert, key) if any.
+/// [`call_plugin_directly`] for [`SERVER_NAME`].
 fn call_directly(address: &str, ca: &Path, identity: Option<(&Path, &Path)>) -> Result<(), String> {
-    let read = |path: &Path| std::fs::read(path).expect("read a PEM file");
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read(ca)))
-        .domain_name(SERVER_NAME);
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(Identity::from_pem(read(cert), read(key)));
-    }
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    runtime.block_on(async {
-        let channel = Endpoint::from_shared(format!("https://{address}"))
-            .map_err(|e| e.to_string())?
-            .tls_config(tls)
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| format!("connect: {e:?}"))?;
-        let request = ReconcileRequest {
-            operation_id: "direct".to_owned(),
-            object: OBJECT.as_bytes().to_vec().into(),
-            ..ReconcileRequest::default()
-        };
-        let answer = tokio::time::timeout(
-            Duration::from_secs(10),
-            PluginClient::new(channel).reconcile(request),
-        )
-        .await
-        .map_err(|_| "no answer within 10s".to_owned())?;
-        answer.map(drop).map_err(|status| format!("{status:?}"))
-    })
+    call_plugin_directly(address, SERVER_NAME, ca, identity)
 }
 
 #[test]

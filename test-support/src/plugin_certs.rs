@@ -5,7 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::ReconcileRequest;
+use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use serde_json::Value;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::control_plane::ControlPlane;
 use crate::kplug::AggregatedKplug;
@@ -126,4 +131,67 @@ pub fn plugin_address(cluster: &ControlPlane, name: &str) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("plugin {name} has no spec.address: {plugin}"))
         .to_owned()
+}
+
+/// Calls the plugin at `address` directly, not through kplug, on a new
+/// connection, as a pod that learned the address could: verifying the
+/// plugin's certificate against `ca` for `server_name`, presenting the
+/// client certificate `identity` (cert, key) if any. Ok when it answered.
+pub fn call_plugin_directly(
+    address: &str,
+    server_name: &str,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<(), String> {
+    let read = |path: &Path| {
+        std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    };
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .domain_name(server_name);
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(read(cert), read(key)));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let channel = Endpoint::from_shared(format!("https://{address}"))
+            .map_err(|e| e.to_string())?
+            .tls_config(tls)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| format!("connect: {e:?}"))?;
+        let request = ReconcileRequest {
+            operation_id: "direct".to_owned(),
+            object:
+                br#"{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"ada"}}"#
+                    .to_vec()
+                    .into(),
+            ..ReconcileRequest::default()
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            PluginClient::new(channel).reconcile(request),
+        )
+        .await
+        .map_err(|_| "no answer within 10s".to_owned())?;
+        answer.map(drop).map_err(|status| format!("{status:?}"))
+    })
+}
+
+/// Reconciles through kube-apiserver and kplug with the `Reconcile` body in
+/// the file `request`: kplug's answer, or kubectl's error.
+pub fn reconcile(cluster: &ControlPlane, plugin: &str, request: &Path) -> Result<String, String> {
+    let path = format!("/apis/plugins.kplug.io/v1alpha1/plugins/{plugin}/reconcile");
+    let request = request.to_string_lossy();
+    let output = cluster.kubectl(&["create", "--raw", &path, "-f", &request]);
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(output_text(&output))
+    }
 }

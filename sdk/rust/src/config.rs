@@ -40,6 +40,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--client-ca-file` | `KPLUG_CLIENT_CA_FILE` | none; required with a certificate |
 /// | `--allow-unauthenticated-clients` | `KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS` | off |
 /// | `--server-name` | `KPLUG_SERVER_NAME` | none: the advertised host |
+/// | `--issued-identity` | `KPLUG_ISSUED_IDENTITY` | off |
 ///
 /// kplug's standalone registry speaks plain gRPC (`http://`) and needs
 /// neither of the last two. In cluster mode (`kplug-apiserver serve`) the
@@ -208,6 +209,14 @@ pub struct Config {
     )]
     pub allow_unauthenticated_clients: bool,
 
+    /// Serve TLS with the identity kplug issues: a key made in memory, a
+    /// certificate for NAME.plugins.kplug.io that kplug signs on the
+    /// heartbeats (kplug with --plugin-signing-cert-file) and renews, and
+    /// kplug's client CA from the same answers. Needs an `https://`
+    /// registry and --token-file; excludes --tls-cert-file.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_ISSUED_IDENTITY"))]
+    pub issued_identity: bool,
+
     /// The name kplug verifies in the serving certificate, e.g. the
     /// Service's DNS name when advertising the pod's IP [default: the host
     /// of the advertised address].
@@ -231,6 +240,7 @@ impl Default for Config {
             tls_key_file: None,
             client_ca_file: None,
             allow_unauthenticated_clients: false,
+            issued_identity: false,
             server_name: None,
         }
     }
@@ -314,6 +324,13 @@ impl Config {
     #[must_use]
     pub fn client_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.client_ca_file = Some(path.into());
+        self
+    }
+
+    /// Serves TLS with the identity kplug issues; see the field.
+    #[must_use]
+    pub fn issued_identity(mut self, issued: bool) -> Self {
+        self.issued_identity = issued;
         self
     }
 

@@ -190,6 +190,7 @@
 mod config;
 mod error;
 pub mod heartbeat;
+mod identity;
 mod info;
 mod plugin;
 mod serve;

@@ -21,6 +21,7 @@ use super::status::{Outcome, Replica, Status};
 use super::timing::{backoff, jitter};
 use super::token::TokenFile;
 use crate::Error;
+use crate::identity::IssuedIdentity;
 
 /// How long [`Heartbeats::drain`] waits at most for every replica to take
 /// note that the instance is draining: a kplug that is down does not hold
@@ -39,6 +40,7 @@ pub(super) struct Fleet {
     pub(super) token_file: Option<PathBuf>,
     pub(super) resolver: Arc<dyn Resolve>,
     pub(super) resolve_interval: Duration,
+    pub(super) identity: Option<Arc<IssuedIdentity>>,
     pub(super) status: Arc<watch::Sender<Status>>,
     pub(super) sessions: BTreeMap<SocketAddr, AbortOnDropHandle<()>>,
     /// Resolutions that failed in a row.
@@ -175,6 +177,7 @@ impl Fleet {
                 self.request.clone(),
                 self.interval,
                 self.token_file.clone().map(TokenFile::new),
+                self.identity.clone(),
                 Arc::clone(&self.status),
             );
             let span = info_span!("replica", %address);

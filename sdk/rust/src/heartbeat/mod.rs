@@ -55,6 +55,7 @@ use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, warn};
 
+use crate::identity::IssuedIdentity;
 use crate::{Error, PluginInfo};
 use fleet::Fleet;
 use session::Phase;
@@ -120,6 +121,7 @@ pub struct Heartbeater {
     server_name: String,
     resolver: Arc<dyn Resolve>,
     resolve_interval: Duration,
+    identity: Option<Arc<IssuedIdentity>>,
     status: watch::Sender<Status>,
 }
 
@@ -155,6 +157,7 @@ impl Heartbeater {
             server_name: String::new(),
             resolver: Arc::new(SystemResolver),
             resolve_interval: RESOLVE_INTERVAL,
+            identity: None,
             status: watch::Sender::new(Status::default()),
         }
     }
@@ -175,6 +178,15 @@ impl Heartbeater {
     #[must_use]
     pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
         self.server_name = server_name.into();
+        self
+    }
+
+    /// Asks kplug for the certificate of `identity` on heartbeats, and
+    /// declares its name as the server name kplug verifies.
+    #[must_use]
+    pub(crate) fn identity(mut self, identity: Arc<IssuedIdentity>) -> Self {
+        self.server_name = identity.name().to_owned();
+        self.identity = Some(identity);
         self
     }
 
@@ -302,6 +314,7 @@ impl Heartbeater {
             token_file: self.token_file,
             resolver: self.resolver,
             resolve_interval: self.resolve_interval,
+            identity: self.identity,
             status: Arc::clone(&status),
             sessions: BTreeMap::new(),
             failures: 0,

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::status::{Outcome, Replica, Status};
 use super::timing::{backoff, jitter, positive};
 use super::token::TokenFile;
+use crate::identity::IssuedIdentity;
 
 /// Lower bound on how long a heartbeat may take. Below it, a busy registry
 /// would look down to plugins with very short intervals.
@@ -62,6 +63,8 @@ pub(super) struct Session {
     request: HeartbeatRequest,
     interval: Duration,
     token: Option<TokenFile>,
+    /// The identity kplug certifies, asked for on heartbeats when due.
+    identity: Option<Arc<IssuedIdentity>>,
     uid: Option<String>,
     failures: u32,
     /// The replica announced [`INSTANCES`] in its last answer.
@@ -79,6 +82,7 @@ impl Session {
         request: HeartbeatRequest,
         interval: Duration,
         token: Option<TokenFile>,
+        identity: Option<Arc<IssuedIdentity>>,
         status: Arc<watch::Sender<Status>>,
     ) -> Self {
         Self {
@@ -88,6 +92,7 @@ impl Session {
             request,
             interval,
             token,
+            identity,
             uid: None,
             failures: 0,
             instances: false,
@@ -209,7 +214,11 @@ impl Session {
     /// Sends one heartbeat and returns how long to wait for the next.
     async fn heartbeat(&mut self) -> Duration {
         let timeout = self.interval.max(MIN_HEARTBEAT_TIMEOUT);
-        let request = self.request(self.request.clone()).await;
+        let mut message = self.request.clone();
+        if let Some(identity) = &self.identity {
+            identity.stamp(&mut message);
+        }
+        let request = self.request(message).await;
         // Until an answer says otherwise.
         self.unanswered = true;
         let call = self.client.heartbeat(request);
@@ -237,6 +246,16 @@ impl Session {
     }
 
     fn answered(&mut self, reply: HeartbeatResponse) -> Duration {
+        if let Some(identity) = &self.identity {
+            match identity.take(&reply) {
+                Ok(true) => info!(
+                    identity = identity.name(),
+                    "certificate or trust bundle from kplug in use for new connections"
+                ),
+                Ok(false) => {}
+                Err(error) => warn!(%error, "cannot use what kplug sent for the plugin's identity"),
+            }
+        }
         let asked = reply.interval.and_then(positive);
         if let Some(interval) = asked {
             if interval != self.interval {

@@ -23,15 +23,16 @@ use tonic_health::ServingStatus;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::heartbeat::{self, Heartbeater, Status};
+use crate::identity::IssuedIdentity;
 use crate::{Config, Error, Plugin, PluginInfo};
 use address::advertised_address;
 use service::{Service, stamp_arrival};
-use tls::{ServingTls, TlsFiles};
+use tls::{FileTls, ServingTls, TlsFiles, issued_identity};
 
 mod address;
 mod deadline;
 mod service;
-mod tls;
+pub(crate) mod tls;
 mod wire;
 
 /// Announced on the plugin's behalf: the SDK serves both RPCs and passes
@@ -158,9 +159,19 @@ impl<P: Plugin> Server<P> {
             None => None,
         };
         heartbeat::Target::parse(&config.registry, registry_ca.as_deref())?;
-        let tls = match TlsFiles::from_config(&config)? {
-            Some(files) => Some(Arc::new(ServingTls::load(files).await?)),
-            None => None,
+        let identity = if issued_identity(&config)? {
+            let name = config.name.as_deref().unwrap_or(&info.name);
+            Some(Arc::new(IssuedIdentity::new(name)?))
+        } else {
+            None
+        };
+        let files = TlsFiles::from_config(&config)?;
+        let tls = match (files, &identity) {
+            (Some(files), _) => Some(Arc::new(ServingTls::Files(Box::new(
+                FileTls::load(files).await?,
+            )))),
+            (None, Some(identity)) => Some(Arc::new(ServingTls::Issued(identity.subscribe()))),
+            (None, None) => None,
         };
         let bind_error = |source| Error::Bind {
             address: config.listen,
@@ -193,6 +204,9 @@ impl<P: Plugin> Server<P> {
         }
         if let Some(pem) = registry_ca {
             heartbeater = heartbeater.registry_ca(pem);
+        }
+        if let Some(identity) = identity {
+            heartbeater = heartbeater.identity(identity);
         }
         Ok(Self {
             plugin: Arc::new(plugin),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rustls::RootCertStore;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, info, warn};
 
 use crate::error::error_chain;
+use crate::identity::Held;
 use crate::{Config, Error};
 
 /// Bounds a TLS handshake, so a client that connects and says nothing does
@@ -84,16 +85,84 @@ impl TlsFiles {
     }
 }
 
-/// What the files held.
-#[derive(Clone, PartialEq, Eq)]
-struct Pem {
-    cert: Vec<u8>,
-    key: Vec<u8>,
-    client_ca: Option<Vec<u8>>,
+/// Whether the plugin serves the identity kplug issues
+/// (`--issued-identity`), checked against the rest of `config`.
+pub(super) fn issued_identity(config: &Config) -> Result<bool, Error> {
+    if !config.issued_identity {
+        return Ok(false);
+    }
+    let refuse = |reason: &str| {
+        Err(Error::ServeTls {
+            reason: format!("--issued-identity (KPLUG_ISSUED_IDENTITY) {reason}"),
+        })
+    };
+    if !config.registry.starts_with("https://") {
+        return refuse(
+            "asks kplug in cluster mode for a certificate: the registry must be https://",
+        );
+    }
+    if config.token_file.is_none() {
+        return refuse(
+            "is granted to the plugin's ServiceAccount: set --token-file (KPLUG_TOKEN_FILE)",
+        );
+    }
+    if config.tls_cert_file.is_some() || config.client_ca_file.is_some() {
+        return refuse("replaces --tls-cert-file, --tls-key-file and --client-ca-file: drop them");
+    }
+    if config.allow_unauthenticated_clients {
+        return refuse(
+            "accepts only kplug's client certificate: drop --allow-unauthenticated-clients",
+        );
+    }
+    if config.server_name.is_some() {
+        return refuse(
+            "certifies NAME.plugins.kplug.io, the name kplug verifies: drop --server-name",
+        );
+    }
+    Ok(true)
 }
 
-/// The TLS configuration served, kept in step with the files.
-pub(super) struct ServingTls {
+/// A certificate, its key and the client CA, PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Pem {
+    pub(crate) cert: Vec<u8>,
+    pub(crate) key: Vec<u8>,
+    pub(crate) client_ca: Option<Vec<u8>>,
+}
+
+/// The TLS configuration served: from files, or the identity kplug issues.
+pub(super) enum ServingTls {
+    Files(Box<FileTls>),
+    /// What kplug signed; `None` until its first answer.
+    Issued(watch::Receiver<Option<Held>>),
+}
+
+impl ServingTls {
+    /// Whether callers must present a client certificate.
+    pub(super) fn verifies_clients(&self) -> bool {
+        match self {
+            Self::Files(files) => files.files.client_ca.is_some(),
+            Self::Issued(_) => true,
+        }
+    }
+
+    /// The configuration for a new connection. With an issued identity
+    /// that kplug has not signed yet, the handshake waits for it (within
+    /// the handshake timeout): the first heartbeat's answer brings it.
+    async fn current(&self) -> Option<Arc<ServerConfig>> {
+        match self {
+            Self::Files(files) => Some(files.current().await),
+            Self::Issued(held) => {
+                let mut held = held.clone();
+                let held = held.wait_for(Option::is_some).await.ok()?;
+                held.as_ref().map(|held| Arc::clone(&held.config))
+            }
+        }
+    }
+}
+
+/// The TLS configuration served from files, kept in step with them.
+pub(super) struct FileTls {
     files: TlsFiles,
     state: Mutex<State>,
 }
@@ -107,7 +176,7 @@ struct State {
     rejected: Option<(Pem, String)>,
 }
 
-impl ServingTls {
+impl FileTls {
     /// Reads and checks the files; at start, any problem is an error.
     pub(super) async fn load(files: TlsFiles) -> Result<Self, Error> {
         let pem = read(&files).await?;
@@ -120,11 +189,6 @@ impl ServingTls {
                 rejected: None,
             }),
         })
-    }
-
-    /// Whether callers must present a client certificate.
-    pub(super) fn verifies_clients(&self) -> bool {
-        self.files.client_ca.is_some()
     }
 
     /// The configuration for a new connection: from the files as they are
@@ -179,7 +243,7 @@ async fn read(files: &TlsFiles) -> Result<Pem, Error> {
 
 /// A rustls configuration serving HTTP/2 with the certificate and key,
 /// verifying clients against the client CA when there is one.
-fn build(pem: &Pem) -> Result<ServerConfig, String> {
+pub(crate) fn build(pem: &Pem) -> Result<ServerConfig, String> {
     let certificates = |what: &str, bytes: &[u8]| {
         let certificates = rustls_pemfile::certs(&mut &bytes[..])
             .collect::<Result<Vec<_>, _>>()
@@ -265,8 +329,13 @@ async fn handshake(
     tls: Arc<ServingTls>,
     connections: mpsc::Sender<io::Result<TlsStream<TcpStream>>>,
 ) {
-    let acceptor = TlsAcceptor::from(tls.current().await);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+    let accept = async {
+        let config = tls.current().await.ok_or_else(|| {
+            io::Error::other("no certificate: the heartbeats that bring it have stopped")
+        })?;
+        TlsAcceptor::from(config).accept(stream).await
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
         Ok(Ok(stream)) => {
             let _ = connections.send(Ok(stream)).await;
         }
@@ -321,6 +390,32 @@ mod tests {
         assert!(reason(&half).contains("--tls-cert-file"));
         half.tls_key_file = None;
         assert!(reason(&half).contains("over TLS only"));
+    }
+
+    #[test]
+    fn an_issued_identity_needs_cluster_mode_and_nothing_it_replaces() {
+        let cluster = config()
+            .registry("https://kplug.kplug-system.svc:8444")
+            .token_file("/var/run/secrets/kplug/token")
+            .issued_identity(true);
+        assert!(issued_identity(&cluster).expect("cluster mode"));
+        assert!(!issued_identity(&config()).expect("off by default"));
+        let refused = |config: Config| match issued_identity(&config) {
+            Err(Error::ServeTls { reason }) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        let plain = config().token_file("/t").issued_identity(true);
+        assert!(refused(plain).contains("the registry must be https://"));
+        let mut tokenless = cluster.clone();
+        tokenless.token_file = None;
+        assert!(refused(tokenless).contains("--token-file"));
+        assert!(refused(cluster.clone().tls("tls.crt", "tls.key")).contains("--tls-cert-file"));
+        assert!(refused(cluster.clone().client_ca_file("ca.crt")).contains("drop them"));
+        let open = cluster.clone().allow_unauthenticated_clients(true);
+        assert!(refused(open).contains("--allow-unauthenticated-clients"));
+        let mut named = cluster;
+        named.server_name = Some("hello.plugins.svc".to_owned());
+        assert!(refused(named).contains("drop --server-name"));
     }
 
     #[test]
