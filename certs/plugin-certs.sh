@@ -2,11 +2,14 @@
 # Makes the certificates of mutual TLS between kplug and its plugins with
 # `kplug-apiserver plugin-certs`, from one plugin CA.
 #
+#   certs/plugin-certs.sh [--out-dir DIR] ca
 #   certs/plugin-certs.sh [--out-dir DIR] client [--common-name NAME]
 #   certs/plugin-certs.sh [--out-dir DIR] serving DNS_NAME... [--ip IP]... [--days N]
 #
 # DIR (default certs/plugins) holds the plugin CA, ca.crt and ca.key: made
 # by the first command, reused by the next ones.
+#   ca       only the plugin CA: kplug's plugin CA when kplug signs the
+#            plugins' certificates itself (the Secret kplug-plugin-ca).
 #   client   kplug's client certificate, DIR/kplug-client.crt and .key
 #            (extended key usage clientAuth only, 365 days): kplug's
 #            --plugin-client-cert-file and --plugin-client-key-file.
@@ -35,7 +38,7 @@ case "${1:-}" in
   --out-dir=*) out_dir="${1#*=}"; shift ;;
 esac
 case "${1:-}" in
-  client|serving) ;;
+  ca|client|serving) ;;
   *) usage ;;
 esac
 

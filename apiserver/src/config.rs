@@ -114,6 +114,13 @@ pub struct ClusterConfig {
     pub shutdown_delay: Duration,
     #[command(flatten)]
     pub plugin_tls: PluginTlsFlags,
+    /// The CA certificate(s) (PEM) that plugins need to verify kplug's
+    /// registry endpoint: the CA of --tls-cert-file. kplug keeps them in a
+    /// ConfigMap kplug-trust (key ca.crt) in every namespace labelled
+    /// plugins.kplug.io/trust=enabled, for the plugins' registry CA file.
+    /// Reloaded when it changes. Unset: no ConfigMaps are kept.
+    #[arg(long)]
+    pub registry_trust_bundle_file: Option<PathBuf>,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -296,6 +303,10 @@ pub struct PluginCertsConfig {
 /// One certificate of `kplug-apiserver plugin-certs`.
 #[derive(Debug, Subcommand)]
 pub enum PluginCert {
+    /// Only the plugin CA, ca.crt and ca.key: kplug's plugin CA when kplug
+    /// signs plugins' certificates itself (--plugin-signing-cert-file,
+    /// --plugin-signing-key-file, --plugin-ca-file).
+    Ca,
     /// kplug's client certificate, kplug-client.crt and kplug-client.key
     /// (extended key usage clientAuth only; valid 365 days), for
     /// --plugin-client-cert-file and --plugin-client-key-file.

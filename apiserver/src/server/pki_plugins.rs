@@ -32,12 +32,13 @@ pub fn run(config: &PluginCertsConfig) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (ca, mut written) = authority(dir)?;
-    let (cert_path, key_path, pem) = match &config.make {
-        PluginCert::Client { common_name } => (
+    let issued = match &config.make {
+        PluginCert::Ca => None,
+        PluginCert::Client { common_name } => Some((
             dir.join("kplug-client.crt"),
             dir.join("kplug-client.key"),
             ca.issue_client(common_name, &[])?,
-        ),
+        )),
         PluginCert::Serving {
             dns_names,
             ips,
@@ -50,11 +51,13 @@ pub fn run(config: &PluginCertsConfig) -> anyhow::Result<()> {
             std::fs::create_dir_all(&plugin_dir)
                 .with_context(|| format!("creating {}", plugin_dir.display()))?;
             let pem = ca.issue_serving(dns_names, ips, time::Duration::days(i64::from(*days)))?;
-            (plugin_dir.join("tls.crt"), plugin_dir.join("tls.key"), pem)
+            Some((plugin_dir.join("tls.crt"), plugin_dir.join("tls.key"), pem))
         }
     };
-    save(&pem, &cert_path, &key_path)?;
-    written.extend([cert_path, key_path]);
+    if let Some((cert_path, key_path, pem)) = issued {
+        save(&pem, &cert_path, &key_path)?;
+        written.extend([cert_path, key_path]);
+    }
     let mut stdout = std::io::stdout().lock();
     for path in written {
         writeln!(stdout, "{}", path.display())?;
@@ -177,6 +180,26 @@ mod tests {
         ] {
             assert_eq!(mode(&key), 0o600, "{}", key.display());
         }
+    }
+
+    #[test]
+    fn ca_makes_only_the_plugin_ca_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        make(dir.path(), PluginCert::Ca).expect("a CA");
+        let ca = std::fs::read(dir.path().join("ca.crt")).expect("ca.crt");
+        assert_eq!(mode(&dir.path().join("ca.key")), 0o600);
+        make(dir.path(), PluginCert::Ca).expect("again");
+        assert_eq!(
+            std::fs::read(dir.path().join("ca.crt")).expect("ca.crt"),
+            ca,
+            "kept"
+        );
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["ca.crt", "ca.key"]);
     }
 
     #[test]
