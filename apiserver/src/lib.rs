@@ -13,5 +13,6 @@ pub mod identity;
 pub mod proxy;
 pub mod registry;
 pub mod server;
+pub mod trust;
 pub use kplug_api::v1alpha1;
 pub mod validation;

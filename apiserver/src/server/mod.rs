@@ -36,6 +36,7 @@ use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
 use crate::identity::Signer;
 use crate::proxy::{PluginTls, PluginTlsSource, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
+use crate::trust::{self, TrustBundle};
 use front_door::{Callers, ConnectionMetrics, Door, Limits};
 use serving_cert::ServingCert;
 
@@ -355,8 +356,14 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         }
     };
     let plugin_tls = PluginTls::start(plugin_tls_source).context("loading the plugin TLS files")?;
+    let trust_bundle = match &config.registry_trust_bundle_file {
+        Some(path) => Some(Arc::new(
+            TrustBundle::load(path.clone()).context("loading the registry trust bundle")?,
+        )),
+        None => None,
+    };
     let client = kube_client(&config).await?;
-    let delegated = Arc::new(Delegated::new(client, (&config).into()));
+    let delegated = Arc::new(Delegated::new(client.clone(), (&config).into()));
     delegated.load().await;
     let https = bind(config.listen, "HTTPS").await?;
     let grpc = bind(config.grpc_listen, "gRPC").await?;
@@ -388,7 +395,22 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     tokio::spawn(delegated.follow());
     tokio::spawn(cert.follow(config.cert_reload_interval, stopped.clone()));
     if let Some(plugin_tls) = plugin_tls {
-        tokio::spawn(plugin_tls.follow(config.cert_reload_interval, stopped));
+        tokio::spawn(plugin_tls.follow(config.cert_reload_interval, stopped.clone()));
+    }
+    if let Some(bundle) = trust_bundle {
+        let reloaded = bundle.clone();
+        tokio::spawn(serving_cert::reload_every(
+            config.cert_reload_interval,
+            stopped.clone(),
+            move || reloaded.reload(),
+            || {
+                tracing::info!(
+                    "registry trust bundle reloaded: applying it to every labelled namespace"
+                )
+            },
+            |e| tracing::error!(error = %e, "registry trust bundle changed but does not load; keeping the current one"),
+        ));
+        tokio::spawn(trust::run(client, bundle, stopped));
     }
 
     tracing::info!(api = %https_address, heartbeats = %grpc_address, "kplug is serving");
