@@ -34,7 +34,8 @@ Several processes may serve one plugin, each an *instance* (``--instance``,
 default the pod's name); on shutdown each tells kplug it is draining before
 it stops accepting calls, so none is lost. A registry name with several
 addresses (kplug replicas) gets heartbeats at each (:mod:`kplug.heartbeat`),
-and plugins may serve mutual TLS from rotating files (:mod:`kplug.tls`).
+and plugins may serve mutual TLS from rotating files (:mod:`kplug.tls`) or
+with the certificate kplug issues them (:mod:`kplug.identity`).
 
 kplug sends each call with a W3C trace context; :attr:`Request.trace_id` is
 its trace id, and log records emitted while handling the call carry
