@@ -99,6 +99,27 @@ Examples:
   # The same, when the object prefers MariaDB
   kubectl kplug plugins databasetables.myorg.org --implementation MariaDB";
 
+const CREATE_PLUGIN_ABOUT: &str = "\
+Print the manifests that install a plugin: its ServiceAccount, RBAC that lets
+it heartbeat to kplug as NAME and nothing else, a Deployment of --replicas pods
+and a PodDisruptionBudget. Nothing is sent to the cluster; apply the output,
+or keep it in a kustomization and patch it there (environment, resources).
+
+The pods need no certificate: the SDK asks kplug for one on its heartbeats
+(KPLUG_ISSUED_IDENTITY), so kplug must run with its plugin CA. They trust
+kplug's registry through the ConfigMap kplug-trust, which kplug keeps in
+namespaces labelled plugins.kplug.io/trust=enabled.";
+
+const CREATE_PLUGIN_EXAMPLES: &str = "\
+Examples:
+  # Install the hello plugin into namespace plugins
+  kubectl label namespace plugins plugins.kplug.io/trust=enabled
+  kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 \\
+    --api greetings.example.com/v1 -n plugins | kubectl apply -f -
+
+  # Keep the manifests in a kustomization instead
+  kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 -n plugins > hello.yaml";
+
 const COMPLETION_EXAMPLES: &str = "\
 Examples:
   # bash: load completions for kubectl-kplug in the current shell
@@ -153,6 +174,9 @@ pub enum Command {
         override_usage = "kubectl kplug plugins [RESOURCE] [options]"
     )]
     Plugins(PluginsArgs),
+    /// Print the manifests of a kplug object (plugin)
+    #[command(subcommand, help_template = TEMPLATE, after_help = MORE)]
+    Create(CreateCommand),
     /// Print a shell completion script (bash, zsh or fish)
     #[command(
         before_help = COMPLETION_EXAMPLES,
@@ -167,6 +191,47 @@ pub enum Command {
     /// Print the version of kubectl kplug
     #[command(help_template = TEMPLATE, override_usage = "kubectl kplug version [options]")]
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CreateCommand {
+    /// Print the manifests that install a plugin
+    #[command(
+        long_about = CREATE_PLUGIN_ABOUT,
+        before_help = CREATE_PLUGIN_EXAMPLES,
+        after_help = MORE,
+        help_template = TEMPLATE,
+        override_usage = "kubectl kplug create plugin NAME --image IMAGE [--api RESOURCE.GROUP/VERSION] [options]"
+    )]
+    Plugin(CreatePluginArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CreatePluginArgs {
+    /// The plugin's name: the name it heartbeats under (KPLUG_NAME), and of
+    /// its ServiceAccount, RBAC, Deployment and PodDisruptionBudget.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The plugin's image.
+    #[arg(long)]
+    pub image: String,
+    /// The API the plugin serves, as an annotation (the plugin declares it
+    /// itself), e.g. databasetables.myorg.org/v1alpha1.
+    #[arg(long, value_name = "RESOURCE.GROUP/VERSION")]
+    pub api: Option<String>,
+    /// Pods serving the plugin.
+    #[arg(long, default_value_t = 2)]
+    pub replicas: u32,
+    /// The port the plugin listens on.
+    #[arg(long, default_value_t = 50051)]
+    pub port: u16,
+    /// kplug's registry: its headless Service, so that heartbeats reach
+    /// every replica.
+    #[arg(long, default_value = "https://kplug-registry.kplug-system.svc:8444")]
+    pub registry: String,
+    /// PodDisruptionBudget as policy/v1beta1, for Kubernetes before 1.21.
+    #[arg(long)]
+    pub pdb_v1beta1: bool,
 }
 
 /// Only the shells the README documents.

@@ -12,6 +12,29 @@ pub struct Connection {
     pub namespace: String,
 }
 
+/// The namespace `-n` names, else the kubeconfig context's, else
+/// "default", as kubectl picks it; read offline, for commands that only print.
+pub async fn namespace(args: &ConnectionArgs) -> String {
+    if let Some(namespace) = &args.namespace {
+        return namespace.clone();
+    }
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        cluster: args.cluster.clone(),
+        user: args.user.clone(),
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => match Kubeconfig::read_from(path) {
+            Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .ok(),
+            Err(_) => None,
+        },
+        None => Config::from_kubeconfig(&options).await.ok(),
+    };
+    config.map_or_else(|| "default".to_owned(), |config| config.default_namespace)
+}
+
 /// `--kubeconfig`, else `$KUBECONFIG` (a list of files, merged), else
 /// `~/.kube/config`, else the in-cluster config when running in a pod;
 /// `--context`, `--cluster`, `--user`, `--as`, `--as-group` and `-n` as in

@@ -6,6 +6,7 @@
 
 mod cli;
 mod connect;
+mod create;
 mod error;
 mod output;
 mod plugins;
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, CreateCommand};
 use crate::error::Error;
 
 async fn run(cli: Cli) -> Result<(), Error> {
@@ -31,6 +32,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Command::Plugins(args) => {
             let connection = connect::connect(&cli.connection).await?;
             plugins::run(&connection.client, args).await
+        }
+        Command::Create(CreateCommand::Plugin(args)) => {
+            let namespace = connect::namespace(&cli.connection).await;
+            let objects = create::manifests(args, &namespace)?;
+            let mut text = create::preamble(args, &namespace);
+            for object in &objects {
+                text.push_str("---\n");
+                text.push_str(&output::yaml(object)?);
+            }
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|e| Error::Output(e.to_string()))
         }
         Command::Completion { shell } => {
             let mut out = Vec::new();
