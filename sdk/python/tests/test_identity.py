@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ import kplug.identity
 from kplug.config import add_arguments, from_arguments
 from kplug.identity import IdentityError, IssuedIdentity, identity
 from kplug.proto import registry_pb2
-from kplug.testing import FakeRegistry, PluginClient
+from kplug.testing import FakeRegistry, PluginClient, PluginProcess
 
 Serve = Callable[..., kplug.Server]
 GREETING = {"apiVersion": "greetings.example.com/v1", "kind": "Greeting", "metadata": {"name": "ada"}}
@@ -390,6 +391,25 @@ def test_a_refused_request_fails_serving_at_once(registry: FakeRegistry, tmp_pat
         f"certificate (FAILED_PRECONDITION): {refusal}"
     )
     assert registry.wait_for_deregistration().name == "hello-id"
+
+
+def test_sigterm_while_waiting_for_the_certificate_ends_the_process_at_once(
+    registry: FakeRegistry, tmp_path: Path
+) -> None:
+    # The default answer: a kplug that ignores the request, so the plugin waits.
+    argv = [
+        str(Path(__file__).with_name("sleepy_plugin.py")),
+        *("--registry", registry.url, "--registry-ca-file", str(tmp_path / "registry-ca.crt")),
+        *("--token-file", str(tmp_path / "token"), "--listen", "127.0.0.1:0", "--issued-identity"),
+    ]
+    with PluginProcess(argv, tmp_path / "plugin.log") as plugin:
+        assert registry.wait_for_heartbeats(1)[0].request.certificate_request
+        plugin.send_signal(signal.SIGTERM)
+        assert plugin.wait(timeout=5) == 0, plugin.stderr
+    assert registry.wait_for_deregistration(timeout=0).name == "sleepy"
+    assert "received SIGTERM: stopped while waiting for kplug to sign the certificate of sleepy.plugins.kplug.io" in (
+        plugin.stderr
+    )
 
 
 def test_no_certificate_in_time_fails_serving(

@@ -14,7 +14,7 @@ from types import FrameType
 from kplug.config import add_arguments, from_arguments
 from kplug.logcontext import LOG_FORMAT, LogContextFilter
 from kplug.plugin import Plugin
-from kplug.server import ServeError, serve
+from kplug.server import ServeError, _serve, _StoppedError
 
 _log = logging.getLogger(__name__)
 
@@ -39,8 +39,10 @@ def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
     On the first SIGTERM or SIGINT it tells kplug the instance is draining,
     lets in-flight calls finish within ``--drain-timeout``, then stops
     heartbeating and deregisters (:meth:`Server.stop`); a second signal ends
-    the process at once. Bad flags exit with status 2 and a plugin that
-    cannot be served with status 1.
+    the process at once. With ``--issued-identity``, a signal that arrives
+    while waiting for kplug to sign the first certificate stops the heartbeats
+    (deregistering) and returns. Bad flags exit with status 2 and a plugin
+    that cannot be served with status 1.
 
     Must be called from the main thread (Python delivers signals there).
     """
@@ -57,7 +59,10 @@ def run(plugin: Plugin, argv: Sequence[str] | None = None) -> None:
 
     with _ShutdownSignals() as signals:
         try:
-            server = serve(plugin, config)
+            server = _serve(plugin, config, signals.event)
+        except _StoppedError as stopped:
+            _log.info("received %s: %s", signals.received, stopped)
+            return
         except (ServeError, ValueError) as error:
             _log.error("cannot serve the plugin: %s", error)
             raise SystemExit(1) from None
@@ -102,6 +107,16 @@ class _ShutdownSignals:
         for sig, handler in self._previous.items():
             # None: the handler was not installed from Python; the default is the best guess.
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    @property
+    def event(self) -> threading.Event:
+        """Set once a shutdown signal arrived."""
+        return self._event
+
+    @property
+    def received(self) -> str:
+        """The name of the signal that arrived; ``""`` before one did."""
+        return self._received
 
     def wait(self) -> str:
         """Blocks until a shutdown signal arrives; returns its name."""

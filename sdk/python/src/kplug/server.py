@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -38,10 +39,17 @@ SDK = f"kplug-sdk-python/{__version__}"
 CAPABILITIES = ("Reconcile", "Finalize", "DryRun")
 #: The gRPC service name reported SERVING by the health service.
 SERVICE_NAME = "kplug.v1alpha1.Plugin"
+#: How often the wait for the first issued certificate checks for a shutdown
+#: (and lets the main thread run Python's signal handlers).
+_WAIT_SLICE = 0.25
 
 
 class ServeError(RuntimeError):
     """The plugin cannot be served, e.g. because its listen address is taken."""
+
+
+class _StoppedError(ServeError):
+    """A shutdown was asked for before the plugin served (:func:`kplug.run`)."""
 
 
 class Server:
@@ -156,6 +164,11 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
     the registry CA file or the serving TLS files cannot be read or used, or
     kplug issued no certificate (above). Nothing is left running when it raises.
     """
+    return _serve(plugin, config, None)
+
+
+def _serve(plugin: Plugin, config: Config | None, shutdown: threading.Event | None) -> Server:
+    """:func:`serve`; ``shutdown`` set while waiting for the first issued certificate raises :class:`_StoppedError`."""
     config = config or Config()
     name = config.name or plugin.name
     check_name(name)
@@ -199,7 +212,7 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
         )
         if identity is not None and heartbeater is not None:
             heartbeater.start()
-            _wait_for_certificate(identity, heartbeater)
+            _wait_for_certificate(identity, heartbeater, shutdown)
     except BaseException:
         if heartbeater is not None:
             heartbeater.stop()
@@ -268,11 +281,20 @@ def _issued_identity(config: Config, name: str) -> IssuedIdentity | None:
         raise ServeError(str(error)) from None
 
 
-def _wait_for_certificate(identity: IssuedIdentity, heartbeater: Heartbeater) -> None:
-    """Waits for kplug to sign the first certificate; raises :class:`ServeError` if it does not."""
+def _wait_for_certificate(
+    identity: IssuedIdentity, heartbeater: Heartbeater, shutdown: threading.Event | None = None
+) -> None:
+    """Waits for kplug to sign the first certificate; raises :class:`ServeError` if it does not,
+    :class:`_StoppedError` once ``shutdown`` is set."""
     timeout = _identity.FIRST_CERTIFICATE_TIMEOUT
     _log.info("asking kplug for the certificate of %s", identity.name)
-    if identity.wait(timeout):
+    deadline = time.monotonic() + timeout
+    while not identity.wait(min(_WAIT_SLICE, max(deadline - time.monotonic(), 0.0))):
+        if shutdown is not None and shutdown.is_set():
+            raise _StoppedError(f"stopped while waiting for kplug to sign the certificate of {identity.name}")
+        if identity.refusal is not None or time.monotonic() >= deadline:
+            break
+    else:
         return
     problem = identity.refusal
     if problem is None:
