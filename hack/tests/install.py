@@ -3,8 +3,9 @@ the READMEs tell users to, from a copy of what a fresh clone holds.
 
 Two steps differ, each for a reason the READMEs state: images are built by
 ``hack/images.sh`` (no Docker engine, no registry here) and loaded into the
-node's containerd, and kplug's kustomization is applied through the
-Kubernetes 1.20 overlay of deploy/README.md (the test cluster is 1.20).
+node's containerd, and the kustomizations of kplug and of the example are
+applied through their READMEs' Kubernetes 1.20 overlays (the test cluster
+is 1.20).
 Given database passwords, the plugins' Secrets get them in place of the
 README's ``PASSWORD``, as a user fills them in.
 
@@ -36,6 +37,7 @@ PLUGINS_NS = "plugins"
 KPLUG_SELECTOR = "app.kubernetes.io/name=kplug"
 PLUGINS = ("database-table-postgresql-plugin", "database-table-mariadb-plugin")
 IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
+EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
 HELLO_README = REPO / "examples" / "hello-rust" / "deploy" / "README.md"
 # The in-cluster benches run the operator of their own resource beside it.
 HELLO_IMAGES = ("kplug-apiserver", "kplug-operator", "hello-plugin")
@@ -113,8 +115,10 @@ def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None
     installed = install_kplug(cluster, work, IMAGES)
 
     # examples/database-table/deploy/README.md, "Install", up to its watch.
-    plugin_steps = shell_blocks(REPO / "examples" / "database-table" / "deploy" / "README.md", "Install")[0]
+    plugin_steps = shell_blocks(EXAMPLE_README, "Install")[0]
     plugin_steps = up_to_line(plugin_steps, "kubectl get plugins -w")
+    (example_on_1_20,) = shell_blocks(EXAMPLE_README, "Kubernetes 1.20")
+    plugin_steps = replace_line(plugin_steps, "kubectl apply -k examples/database-table/deploy/", example_on_1_20)
     for host, password in (db_passwords or {}).items():
         plugin_steps = replace_in_line(plugin_steps, f":PASSWORD@{host}:", "PASSWORD", password)
     run_script(cluster, work, plugin_steps, "the DatabaseTable example's installation")

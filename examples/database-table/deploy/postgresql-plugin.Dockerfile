@@ -14,7 +14,7 @@ COPY sdk/python /src/sdk/python
 COPY examples/database-table/postgresql-plugin /src/postgresql-plugin
 # psycopg[binary] brings its own libpq: no system packages needed.
 RUN --mount=type=cache,target=/root/.cache/pip \
-    /opt/venv/bin/pip install /src/sdk/python /src/postgresql-plugin
+    /opt/venv/bin/pip install "/src/sdk/python[identity]" /src/postgresql-plugin
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="database-table-postgresql-plugin" \

@@ -248,7 +248,8 @@ impl Installation {
         self.work.join("certs/plugins/ca.crt")
     }
 
-    /// kplug's client certificate and key, the only caller the plugins take.
+    /// A client certificate and key of the plugin CA, as kplug's own: the
+    /// only kind of caller the plugins take.
     pub fn kplug_client(&self) -> (PathBuf, PathBuf) {
         let dir = self.work.join("certs/plugins");
         (dir.join("kplug-client.crt"), dir.join("kplug-client.key"))
@@ -395,6 +396,18 @@ fn install(node: &Node, kplug_binary: &Path, work: &Path) -> Result<()> {
         "hack/tests/install.py failed; the commands' output is in {}",
         work.join(".install-logs").display()
     );
+    // The direct baseline calls the plugin as kplug would: with a client
+    // certificate of the plugin CA (kplug issues its own in memory).
+    let status = Command::new(repo_root().join("certs/plugin-certs.sh"))
+        .arg("--out-dir")
+        .arg(work.join("certs/plugins"))
+        .arg("client")
+        .env("KPLUG_APISERVER", kplug_binary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .context("running certs/plugin-certs.sh client")?;
+    ensure!(status.success(), "certs/plugin-certs.sh client failed");
     Ok(())
 }
 
