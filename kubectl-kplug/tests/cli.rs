@@ -54,3 +54,44 @@ fn kubectl_finds_the_plugin_and_it_explains_itself() {
         "{stderr}"
     );
 }
+
+/// The DatabaseTable example ships `create plugin`'s output: it must be what
+/// the command prints now, as the file's first line says (regenerate with
+/// that command when this fails).
+#[test]
+fn the_examples_plugin_manifests_are_create_plugins_output() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let cli = Plugin::install(work.path());
+    let nowhere = Path::new("/nonexistent/kubeconfig");
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/database-table/deploy");
+    for (file, plugin) in [
+        ("postgresql-plugin.yaml", "database-table-postgresql-plugin"),
+        ("mariadb-plugin.yaml", "database-table-mariadb-plugin"),
+    ] {
+        let image = format!("ghcr.io/kplug/{plugin}:0.1.0");
+        let printed = ok(&cli.run(
+            nowhere,
+            &[
+                "create",
+                "plugin",
+                plugin,
+                "--image",
+                &image,
+                "--api",
+                "databasetables.myorg.org/v1alpha1",
+                "-n",
+                "plugins",
+            ],
+        ));
+        let shipped = std::fs::read_to_string(deploy.join(file)).expect("the example's file");
+        assert_eq!(
+            shipped, printed,
+            "{file} is not `kubectl kplug create plugin {plugin}`'s output"
+        );
+    }
+    // A name Kubernetes would refuse is refused before anything is printed.
+    let output = cli.run(nowhere, &["create", "plugin", "Bad_Name", "--image", "x"]);
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("RFC 1123 label"));
+}
