@@ -29,6 +29,16 @@ use metrics::Answer;
 /// each with its own `instance` and address, and deregister alone.
 const SERVER_CAPABILITIES: &[&str] = &["Deregister", "Instances"];
 
+/// What an accepted heartbeat's answer carries of the plugin's identity.
+#[derive(Default)]
+struct IdentityReply {
+    /// PEM, empty when no certificate was asked for.
+    certificate_chain: String,
+    /// PEM, empty when the plugin holds the current bundle.
+    trust_bundle: String,
+    renew_after: Option<Duration>,
+}
+
 /// Serves `kplug.v1alpha1.Registry` over the live registry.
 #[derive(Clone)]
 pub struct HeartbeatService {
@@ -135,15 +145,10 @@ impl HeartbeatService {
     /// The certificate for `request` (DER, empty for none) of an instance
     /// of `plugin`, and the trust bundle unless the instance holds it
     /// (`held`: its SHA-256).
-    fn identity(
-        &self,
-        plugin: &str,
-        request: &[u8],
-        held: &[u8],
-    ) -> Result<(String, String, Option<Duration>), Status> {
+    fn identity(&self, plugin: &str, request: &[u8], held: &[u8]) -> Result<IdentityReply, Status> {
         let Some(signer) = &self.signer else {
             if request.is_empty() {
-                return Ok((String::new(), String::new(), None));
+                return Ok(IdentityReply::default());
             }
             return Err(Status::failed_precondition(
                 "this kplug does not sign plugin certificates (it runs without \
@@ -168,12 +173,15 @@ impl HeartbeatService {
         };
         let bundle = signer.trust_bundle();
         let send_bundle = !chain.is_empty() || held != bundle.sha256;
-        let bundle = if send_bundle {
-            bundle.pem.to_string()
-        } else {
-            String::new()
-        };
-        Ok((chain, bundle, renew_after))
+        Ok(IdentityReply {
+            certificate_chain: chain,
+            trust_bundle: if send_bundle {
+                bundle.pem.to_string()
+            } else {
+                String::new()
+            },
+            renew_after,
+        })
     }
 }
 
@@ -228,11 +236,10 @@ impl HeartbeatService {
         let interval = declaration.interval;
         // Signed before the registry takes the heartbeat, so a request that
         // cannot be signed registers nothing; the identity was authorized above.
-        let (certificate_chain, trust_bundle, renew_after) =
-            match self.identity(&name, &certificate_request, &held_bundle) {
-                Ok(identity) => identity,
-                Err(status) => return (rejection(&status), Err(status)),
-            };
+        let identity = match self.identity(&name, &certificate_request, &held_bundle) {
+            Ok(identity) => identity,
+            Err(status) => return (rejection(&status), Err(status)),
+        };
         match self.registry.heartbeat(declaration, Timestamp::now()) {
             Ok(accepted) => (
                 Answer::Accepted,
@@ -244,9 +251,10 @@ impl HeartbeatService {
                     ttl: prost_types::Duration::try_from(accepted.ttl).ok(),
                     uid: accepted.uid,
                     server_protocol: Some(server_protocol()),
-                    certificate_chain,
-                    trust_bundle,
-                    certificate_renew_after: renew_after
+                    certificate_chain: identity.certificate_chain,
+                    trust_bundle: identity.trust_bundle,
+                    certificate_renew_after: identity
+                        .renew_after
                         .and_then(|d| prost_types::Duration::try_from(d).ok()),
                 })),
             ),
