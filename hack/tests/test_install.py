@@ -25,20 +25,28 @@ def test_the_api_is_available_through_the_service(installed: Installed) -> None:
     cluster.kubectl("api-resources")
 
 
-def plugins_at(installed: Installed, pod_ip: str) -> dict[str, dict]:
-    """GET plugins from one kplug replica directly, as the cluster's admin (a client certificate kplug trusts)."""
+def at_replica(installed: Installed, pod_ip: str, path: str, body: str | None = None) -> dict:
+    """GET (or POST ``body`` to) ``path`` under plugins.kplug.io/v1alpha1 of
+    one kplug replica directly, as the cluster's admin (a client certificate
+    kplug trusts)."""
     pki = installed.cluster.env["KPLUG_CLUSTER_PKI_DIR"]
+    post = ["-H", "Content-Type: application/json", "--data-binary", body] if body is not None else []
     reply = subprocess.run(
         [
-            "curl", "-sS", "--fail-with-body", "-m", "5",
+            "curl", "-sS", "--fail-with-body", "-m", "10", *post,
             "--resolve", f"kplug.{KPLUG_NS}.svc:8443:{pod_ip}",
             "--cacert", str(installed.serving_ca),
             "--cert", f"{pki}/admin.crt", "--key", f"{pki}/admin.key",
-            f"https://kplug.{KPLUG_NS}.svc:8443/apis/plugins.kplug.io/v1alpha1/plugins",
+            f"https://kplug.{KPLUG_NS}.svc:8443/apis/plugins.kplug.io/v1alpha1/{path}",
         ],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return {item["metadata"]["name"]: item for item in json.loads(reply.stdout)["items"]}
+    return json.loads(reply.stdout)
+
+
+def plugins_at(installed: Installed, pod_ip: str) -> dict[str, dict]:
+    """The plugins one kplug replica lists."""
+    return {item["metadata"]["name"]: item for item in at_replica(installed, pod_ip, "plugins")["items"]}
 
 
 def test_plugins_heartbeat_to_both_replicas_with_projected_tokens(installed: Installed) -> None:
@@ -80,3 +88,48 @@ def test_the_registry_service_names_every_replica(installed: Installed) -> None:
     addresses = {a["ip"] for subset in endpoints.get("subsets", []) for a in subset.get("addresses", [])}
     pod_ips = {p["status"]["podIP"] for p in cluster.kubectl_json("-n", KPLUG_NS, "get", "pods", "-l", KPLUG_SELECTOR)["items"]}
     assert addresses == pod_ips
+
+
+def test_plugins_from_the_short_manifest_serve_over_kplugs_identities_with_no_secret_of_theirs(
+    installed: Installed,
+) -> None:
+    """The example's plugins, installed from `kubectl kplug create plugin`'s
+    output: each instance declares its identity NAME.plugins.kplug.io, a
+    reconcile through kube-apiserver and one sent to each kplug replica
+    directly reach it over mutual TLS (whichever replica signed an
+    instance's certificate, both verify it), and no Secret was made for it
+    (the namespace holds the databases' two and the ServiceAccounts' own
+    tokens only)."""
+    cluster = installed.cluster
+    trust = cluster.kubectl_json("-n", PLUGINS_NS, "get", "configmap", "kplug-trust")
+    assert trust["data"]["ca.crt"] == installed.serving_ca.read_text(), "kplug-trust is not kplug's CA"
+    for name in PLUGINS:
+        plugin = cluster.kubectl_json("get", "plugin", name)
+        instances = plugin["status"]["instances"]
+        assert len(instances) == 2 and all(i["ready"] for i in instances), instances
+        assert {i["serverName"] for i in instances} == {f"{name}.plugins.kplug.io"}, instances
+        body = json.dumps({
+            "apiVersion": "plugins.kplug.io/v1alpha1",
+            "kind": "Reconcile",
+            "spec": {
+                "dryRun": True,
+                "object": {
+                    "apiVersion": "myorg.org/v1alpha1",
+                    "kind": "DatabaseTable",
+                    "metadata": {"name": "identity-check", "namespace": "default"},
+                    "spec": {"table": "identity_check", "columns": [{"name": "id", "type": "integer"}]},
+                },
+            },
+        })
+        path = f"plugins/{name}/reconcile"
+        answers = [json.loads(cluster.kubectl("create", "--raw", f"/apis/plugins.kplug.io/v1alpha1/{path}", "-f", "-", input=body))]
+        replicas = cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR)
+        assert len(replicas) == 2
+        answers += [at_replica(installed, pod["status"]["podIP"], path, body) for pod in replicas]
+        # The plugin answered each (no database here, so it may report a
+        # failure): kplug reached it over mutual TLS.
+        for answer in answers:
+            assert answer["kind"] == "Reconcile" and answer["status"]["plugin"]["name"] == name, answer
+    secrets = cluster.kubectl_json("-n", PLUGINS_NS, "get", "secrets")["items"]
+    made = sorted(s["metadata"]["name"] for s in secrets if s["type"] != "kubernetes.io/service-account-token")
+    assert made == ["database-table-mariadb-db", "database-table-postgresql-db"], made

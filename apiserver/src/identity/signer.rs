@@ -157,7 +157,12 @@ impl Signer {
         let name = identity(plugin);
         let CheckedRequest { public_key } = check(der, plugin, &name)?;
         let mut params = self.params()?;
-        params.distinguished_name.push(DnType::CommonName, plugin);
+        // Names the plugin for people reading the certificate; X.509 caps a
+        // common name at 64 characters, a plugin's name may be longer. The
+        // identity is the DNS name.
+        if plugin.len() <= 64 {
+            params.distinguished_name.push(DnType::CommonName, plugin);
+        }
         params.subject_alt_names = vec![rcgen::SanType::DnsName(name.try_into()?)];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let request = CertificateSigningRequestParams { params, public_key };

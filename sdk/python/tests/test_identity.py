@@ -81,6 +81,18 @@ def test_the_request_names_exactly_the_identity_with_a_p256_key() -> None:
     assert stamped(held).certificate_request == held.request
 
 
+def test_a_plugin_name_of_63_characters_fits_its_request_and_placeholder() -> None:
+    # An identity over 64 characters cannot be a common name (X.509's bound):
+    # the request names it only as the DNS name kplug reads.
+    name = "database-table-postgresql-plugin-" + "x" * 30
+    held = IssuedIdentity(name)
+    csr = x509.load_der_x509_csr(held.request)
+    assert list(csr.subject) == []
+    names = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert list(names) == [x509.DNSName(f"{name}.plugins.kplug.io")]
+    assert held._self_signed() is not None
+
+
 def test_a_request_is_due_until_a_certificate_comes_then_at_its_renewal_time() -> None:
     ca, clock = Ca(), Clock()
     held = IssuedIdentity("hello-id", clock=clock)

@@ -97,7 +97,9 @@ class IssuedIdentity:
         self._key_pem = self._key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.name)])
+        # kplug reads only the DNS name; X.509 caps a common name at 64
+        # characters, which a long plugin name's identity exceeds.
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.name)] if len(self.name) <= 64 else [])
         names = x509.SubjectAlternativeName([x509.DNSName(self.name)])
         #: The signing request (DER) sent whenever a certificate is due.
         self.request = (
@@ -248,7 +250,7 @@ class IssuedIdentity:
 
         key: ec.EllipticCurvePrivateKey = self._key
         now = datetime.datetime.now(datetime.UTC)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{self.name} (not signed by kplug yet)")])
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kplug placeholder: no certificate yet")])
         certificate = (
             x509.CertificateBuilder()
             .subject_name(name)
