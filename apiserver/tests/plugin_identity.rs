@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, PluginCerts, Process, call_plugin_directly, heartbeat_request,
-    hello_plugin_command, plugin_address, plugin_identity, reconcile, replace_file,
-    wait_plugin_ready, wait_until,
+    hello_plugin_command, kplug_with_plugin_tls, plugin_address, plugin_identity, reconcile,
+    replace_file, wait_plugin_ready, wait_until,
 };
 use rcgen::{CertificateParams, KeyPair};
-use serde_json::json;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 const PLUGIN: &str = "hello-id";
@@ -114,27 +113,16 @@ fn kplug_signs_renews_refuses_and_rotates_plugin_identities() {
     replace_file(&one.ca(), &bundle);
 
     let cluster = ControlPlane::start(dir.join("cp"));
-    let paths = [&signing_cert, &signing_key, &bundle].map(|p| p.to_string_lossy().into_owned());
-    let flags: [&str; 9] = [
-        "--authentication-cache-ttl=1s",
-        "--authorization-allowed-cache-ttl=1s",
-        "--cert-reload-interval=1s",
-        "--min-heartbeat-interval=1s",
-        "--plugin-tls=required",
-        &format!("--plugin-signing-cert-file={}", paths[0]),
-        &format!("--plugin-signing-key-file={}", paths[1]),
-        &format!("--plugin-ca-file={}", paths[2]),
-        &format!("--plugin-cert-lifetime={LIFETIME}"),
-    ];
-    let kplug = AggregatedKplug::start(&cluster, dir, &flags);
-    cluster.kubectl_ok(&["create", "namespace", "plugins"]);
-    let request = dir.join("reconcile.json");
-    let body = json!({
-        "apiVersion": "plugins.kplug.io/v1alpha1",
-        "kind": "Reconcile",
-        "spec": {"object": {"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "ada"}}},
-    });
-    std::fs::write(&request, body.to_string()).expect("request file");
+    let (kplug, request) = kplug_with_plugin_tls(
+        &cluster,
+        dir,
+        &[
+            format!("--plugin-signing-cert-file={}", signing_cert.display()),
+            format!("--plugin-signing-key-file={}", signing_key.display()),
+            format!("--plugin-ca-file={}", bundle.display()),
+            format!("--plugin-cert-lifetime={LIFETIME}"),
+        ],
+    );
 
     // The plugin: a token, a name, the registry and its CA; no certificate.
     let token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), dir);

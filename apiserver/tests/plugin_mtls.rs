@@ -8,16 +8,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, PluginCerts, PluginTlsFlags, call_plugin_directly,
-    hello_plugin_tls, plugin_address, plugin_identity, reconcile, replace_file, wait_plugin_ready,
-    wait_until,
+    ControlPlane, PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls,
+    kplug_with_plugin_tls, plugin_address, plugin_identity, reconcile, replace_file,
+    wait_plugin_ready, wait_until,
 };
-use serde_json::json;
 
 /// The name the plugin's serving certificates are for, and that it declares.
 const SERVER_NAME: &str = "hello-mtls.plugins.svc";
-const OBJECT: &str =
-    r#"{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"ada"}}"#;
 /// Long enough for a reload on either side (kplug checks every second).
 const ROTATION: Duration = Duration::from_secs(60);
 
@@ -82,26 +79,15 @@ fn kplug_calls_plugins_over_mutual_tls_and_follows_rotations() {
     }
 
     let cluster = ControlPlane::start(dir.join("cp"));
-    let paths = [&kplug_cert, &kplug_key, &kplug_ca].map(|p| p.to_string_lossy().into_owned());
-    let flags: [&str; 8] = [
-        "--authentication-cache-ttl=1s",
-        "--authorization-allowed-cache-ttl=1s",
-        "--cert-reload-interval=1s",
-        "--min-heartbeat-interval=1s",
-        "--plugin-tls=required",
-        &format!("--plugin-client-cert-file={}", paths[0]),
-        &format!("--plugin-client-key-file={}", paths[1]),
-        &format!("--plugin-ca-file={}", paths[2]),
-    ];
-    let kplug = AggregatedKplug::start(&cluster, dir, &flags);
-    cluster.kubectl_ok(&["create", "namespace", "plugins"]);
-    let request = dir.join("reconcile.json");
-    let body = json!({
-        "apiVersion": "plugins.kplug.io/v1alpha1",
-        "kind": "Reconcile",
-        "spec": {"object": serde_json::from_str::<serde_json::Value>(OBJECT).expect("JSON")},
-    });
-    std::fs::write(&request, body.to_string()).expect("request file");
+    let (kplug, request) = kplug_with_plugin_tls(
+        &cluster,
+        dir,
+        &[
+            format!("--plugin-client-cert-file={}", kplug_cert.display()),
+            format!("--plugin-client-key-file={}", kplug_key.display()),
+            format!("--plugin-ca-file={}", kplug_ca.display()),
+        ],
+    );
 
     // A plugin serving TLS for SERVER_NAME and requiring kplug's CA.
     let token = plugin_identity(&cluster, "hello-mtls", Some("hello-mtls"), dir);

@@ -41,8 +41,8 @@ pub use kplug::{AggregatedKplug, Installation};
 pub use kube_client::{kube_client, plugins_resource};
 pub use kubectl::{KUBECTL, kubectls};
 pub use plugin_certs::{
-    PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls, plugin_address, reconcile,
-    replace_file,
+    GREETING, PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls,
+    kplug_with_plugin_tls, plugin_address, reconcile, replace_file,
 };
 pub use plugins::{
     hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,

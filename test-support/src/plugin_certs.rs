@@ -133,6 +133,43 @@ pub fn plugin_address(cluster: &ControlPlane, name: &str) -> String {
         .to_owned()
 }
 
+/// The object every plugin TLS test reconciles: a Greeting named ada,
+/// which the hello plugin greets.
+pub const GREETING: &str =
+    r#"{"apiVersion":"example.com/v1","kind":"Greeting","metadata":{"name":"ada"}}"#;
+
+/// kplug for the plugin TLS tests, registered with `cluster`: caches and
+/// reloads of one second, heartbeats as often, `--plugin-tls=required` and
+/// `plugin_tls` (the files it calls plugins with); the namespace plugins
+/// made, and a `Reconcile` of [`GREETING`] written to DIR/reconcile.json.
+/// Returns kplug and that file.
+pub fn kplug_with_plugin_tls(
+    cluster: &ControlPlane,
+    dir: &Path,
+    plugin_tls: &[String],
+) -> (AggregatedKplug, PathBuf) {
+    let mut flags = vec![
+        "--authentication-cache-ttl=1s",
+        "--authorization-allowed-cache-ttl=1s",
+        "--cert-reload-interval=1s",
+        "--min-heartbeat-interval=1s",
+        "--plugin-tls=required",
+    ];
+    flags.extend(plugin_tls.iter().map(String::as_str));
+    let kplug = AggregatedKplug::start(cluster, dir, &flags);
+    cluster.kubectl_ok(&["create", "namespace", "plugins"]);
+    let request = dir.join("reconcile.json");
+    let object: Value = serde_json::from_str(GREETING).expect("the Greeting is JSON");
+    let body = serde_json::json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {"object": object},
+    });
+    std::fs::write(&request, body.to_string())
+        .unwrap_or_else(|e| panic!("write {}: {e}", request.display()));
+    (kplug, request)
+}
+
 /// Calls the plugin at `address` directly, not through kplug, on a new
 /// connection, as a pod that learned the address could: verifying the
 /// plugin's certificate against `ca` for `server_name`, presenting the
