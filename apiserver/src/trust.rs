@@ -12,7 +12,7 @@
 //! identical, so they agree without a leader. A namespace that loses the
 //! label keeps its ConfigMap (delete it by hand).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,13 +119,15 @@ impl TrustBundle {
     }
 }
 
-fn read(path: &PathBuf) -> Result<String, TrustError> {
+fn read(path: &Path) -> Result<String, TrustError> {
     let pem = std::fs::read_to_string(path).map_err(|source| TrustError::Read {
-        path: path.clone(),
+        path: path.to_owned(),
         source,
     })?;
     if !pem.contains("-----BEGIN CERTIFICATE-----") {
-        return Err(TrustError::NoCertificate { path: path.clone() });
+        return Err(TrustError::NoCertificate {
+            path: path.to_owned(),
+        });
     }
     Ok(pem)
 }
