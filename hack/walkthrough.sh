@@ -419,10 +419,18 @@ start_databases() {
 # manifest_objects FILE KIND...: the objects of those kinds in a manifest,
 # as a JSON List (read by kubectl, so YAML needs no Python module).
 manifest_objects() {
-  local file="$1" objects
+  local file="$1" wanted objects
   shift
+  # Only the kinds asked for reach kubectl: the local kube-apiserver may not
+  # know the others (1.20 has no policy/v1 PodDisruptionBudget).
+  wanted="$(python3 -c '
+import re, sys
+kinds = set(sys.argv[2:])
+documents = re.split(r"(?m)^---[ \t]*$", open(sys.argv[1]).read())
+print("\n---\n".join(d for d in documents if set(re.findall(r"(?m)^kind: *(\S+)", d)) & kinds))
+' "$file" "$@")" || fail "cannot read $file"
   # --validate=false: kube-apiserver 1.20's schema predates e.g. gRPC probes.
-  objects="$(k create --dry-run=client --validate=false -o json -f "$file")" || fail "cannot read $file"
+  objects="$(k create --dry-run=client --validate=false -o json -f - <<<"$wanted")" || fail "cannot read $file"
   python3 -c '
 import json, re, sys
 text, decoder, items, at = sys.stdin.read(), json.JSONDecoder(), [], 0
