@@ -8,9 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use kplug_test_support::{
-    ControlPlane, PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls,
-    kplug_with_plugin_tls, plugin_address, plugin_identity, reconcile, replace_file,
-    wait_plugin_ready, wait_until,
+    ControlPlane, PluginCerts, PluginTlsFlags, Process, call_plugin_directly, hello_plugin_command,
+    hello_plugin_tls, kplug_with_plugin_tls, plugin_address, plugin_identity, reconcile,
+    replace_file, wait_plugin_ready, wait_until,
 };
 
 /// The name the plugin's serving certificates are for, and that it declares.
@@ -146,6 +146,27 @@ fn kplug_calls_plugins_over_mutual_tls_and_follows_rotations() {
             && error.contains("TLS with plugin hello-misnamed")
             && error.contains("not valid for name"),
         "{error}"
+    );
+
+    // A plugin that asks for kplug's identity from a kplug without a plugin
+    // CA cannot serve: it stops at once and says why.
+    let token = plugin_identity(&cluster, "hello-unsigned", Some("hello-unsigned"), dir);
+    let (mut unsigned, stderr) = Process::spawn_with_stderr(
+        hello_plugin_command(&kplug, "hello-unsigned", &token)
+            .args(["--heartbeat-interval", "1", "--issued-identity"])
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null()),
+        "hello-unsigned",
+    );
+    let said = stderr.until_closed(Duration::from_secs(30), "the unsigned plugin's stderr");
+    let exit = unsigned.child.wait().expect("the plugin's exit status");
+    assert!(!exit.success(), "{said:#?}");
+    assert!(
+        said.iter().any(
+            |l| l.contains("kplug refused the plugin's certificate request")
+                && l.contains("this kplug does not sign plugin certificates")
+        ),
+        "{said:#?}"
     );
 
     // kplug's client certificate rotates to the second CA, which the plugin

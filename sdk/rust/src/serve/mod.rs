@@ -18,11 +18,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinError;
 use tokio_util::task::AbortOnDropHandle;
+use tonic::Code;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::heartbeat::{self, Heartbeater, Status};
+use crate::heartbeat::{self, Heartbeater, Outcome, Status};
 use crate::identity::IssuedIdentity;
 use crate::{Config, Error, Plugin, PluginInfo};
 use address::advertised_address;
@@ -108,6 +109,7 @@ pub struct Server<P> {
     heartbeater: Heartbeater,
     drain_timeout: Duration,
     tls: Option<Arc<ServingTls>>,
+    identity: Option<Arc<IssuedIdentity>>,
 }
 
 impl<P> fmt::Debug for Server<P> {
@@ -205,8 +207,8 @@ impl<P: Plugin> Server<P> {
         if let Some(pem) = registry_ca {
             heartbeater = heartbeater.registry_ca(pem);
         }
-        if let Some(identity) = identity {
-            heartbeater = heartbeater.identity(identity);
+        if let Some(identity) = &identity {
+            heartbeater = heartbeater.identity(Arc::clone(identity));
         }
         Ok(Self {
             plugin: Arc::new(plugin),
@@ -217,6 +219,7 @@ impl<P: Plugin> Server<P> {
             heartbeater,
             drain_timeout: config.drain_timeout,
             tls,
+            identity,
         })
     }
 
@@ -281,6 +284,7 @@ impl<P: Plugin> Server<P> {
             heartbeater,
             drain_timeout,
             tls,
+            identity,
         } = self;
 
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -308,6 +312,7 @@ impl<P: Plugin> Server<P> {
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_accepting))
             }
         });
+        let heartbeat_status = heartbeater.status();
         let mut heartbeats = heartbeater.start()?;
         info!(
             %local_addr,
@@ -322,12 +327,17 @@ impl<P: Plugin> Server<P> {
         let mut shutdown = pin!(shutdown);
         let mut server_ended = None;
         let mut heartbeats_ended = None;
+        let mut refused = None;
         tokio::select! {
             () = &mut shutdown => info!(
                 "shutting down: telling kplug, then draining in-flight calls, then deregistering"
             ),
             ended = &mut server => server_ended = Some(ended),
             ended = heartbeats.ended() => heartbeats_ended = Some(ended),
+            error = identity_refused(identity.as_deref(), heartbeat_status) => {
+                warn!(%error, "stopping: the plugin cannot serve without its certificate");
+                refused = Some(error);
+            }
         }
 
         // Draining first: kplug stops routing new calls here, while the
@@ -374,7 +384,10 @@ impl<P: Plugin> Server<P> {
             },
         };
         info!("stopped");
-        server_result.and(heartbeat_result)
+        match refused {
+            Some(error) => Err(error),
+            None => server_result.and(heartbeat_result),
+        }
     }
 }
 
@@ -388,5 +401,39 @@ fn flatten<T, E>(
         Ok(Ok(_)) => Ok(()),
         Ok(Err(error)) => Err(wrap(error)),
         Err(error) => Err(Error::Task(error)),
+    }
+}
+/// kplug's refusal of the issued identity's certificate request, when it
+/// comes before the first certificate: INVALID_ARGUMENT (the request) or
+/// FAILED_PRECONDITION (a kplug that signs nothing) will not change by
+/// retrying, and without a certificate no call can be served, so the plugin
+/// stops and says why. Never resolves otherwise.
+async fn identity_refused(
+    identity: Option<&IssuedIdentity>,
+    mut status: watch::Receiver<Status>,
+) -> Error {
+    let Some(identity) = identity else {
+        return std::future::pending().await;
+    };
+    let mut held = identity.subscribe();
+    loop {
+        if held.borrow_and_update().is_some() {
+            return std::future::pending().await;
+        }
+        if let Some(Outcome::Failed {
+            code: Code::InvalidArgument | Code::FailedPrecondition,
+            message,
+        }) = &status.borrow_and_update().last
+        {
+            return Error::ServeTls {
+                reason: format!("kplug refused the plugin's certificate request: {message}"),
+            };
+        }
+        tokio::select! {
+            changed = status.changed() => if changed.is_err() {
+                return std::future::pending().await;
+            },
+            _ = held.changed() => {}
+        }
     }
 }
