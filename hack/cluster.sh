@@ -8,6 +8,10 @@
 #   hack/cluster.sh down    # stop it and remove everything `up` made
 #   hack/cluster.sh env     # shell-sourceable settings of the running cluster
 #   hack/cluster.sh status  # exit 0 if every daemon runs
+#   hack/cluster.sh stop DAEMON   # SIGTERM one daemon and wait until it exited
+#                                 # (the kubelet's pods keep running)
+#   hack/cluster.sh start DAEMON  # start it again as `up` did (its .args),
+#                                 # output appended to its log
 #
 # KPLUG_CLUSTER_KUBELET_EXTRA_ARGS adds (word-split) kubelet flags.
 #
@@ -47,6 +51,9 @@ LOG_PREFIX=cluster
 . "$HACK_DIR/lib/cluster-cleanup.sh"
 
 DIR="${KPLUG_CLUSTER_DIR:-/var/lib/kplug-cluster}"
+# Every daemon, `up` or `start`: kubelet 1.20's built-in AWS credential
+# provider otherwise calls 169.254.169.254, off the machine.
+export AWS_EC2_METADATA_DISABLED=true
 PKI="$DIR/pki"
 LOGS="$DIR/logs"
 NODE_NAME=kplug-node
@@ -76,16 +83,33 @@ pid_file() { echo "$DIR/pids/$1"; }
 recorded_pid() { cat "$(pid_file "$1")" 2>/dev/null || true; }
 daemon_runs() { pid_is "$(recorded_pid "$1")" "$1"; }
 
-# start_daemon NAME BINARY ARGS...: starts BINARY in its own session with its
-# output in $LOGS/NAME.log and its PID in $DIR/pids/NAME.
+# launch NAME new|append BINARY ARGS...: BINARY in its own session, its
+# output in $LOGS/NAME.log (a new log, or appended to), its PID in
+# $DIR/pids/NAME; fails when it did not exec. It inherits no descriptor but
+# 0-2: a lock its caller holds (flock on a descriptor) must not stay held by
+# a daemon that outlives the caller.
+launch() {
+  local name="$1" mode="$2" bin="$3" log_file="$LOGS/$1.log"; shift 3
+  [ "$mode" = append ] || : >"$log_file"
+  (
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd="${fd##*/}"
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done
+    exec setsid "$bin" "$@"
+  ) </dev/null >>"$log_file" 2>&1 &
+  local pid=$!
+  echo "$pid" >"$(pid_file "$name")"
+  wait_exec "$pid" "$(basename "$bin")"
+}
+
+# start_daemon NAME BINARY ARGS...: launches it as `up` does, recording its
+# command line in $LOGS/NAME.args for `start`.
 start_daemon() {
   local name="$1" bin="$2"; shift 2
   printf '%s\n' "$bin" "$@" >"$LOGS/$name.args"
   log "starting $name"
-  setsid "$bin" "$@" </dev/null >"$LOGS/$name.log" 2>&1 &
-  local pid=$!
-  echo "$pid" >"$(pid_file "$name")"
-  wait_exec "$pid" "$(basename "$bin")" || fail_start "$name did not start" "$name"
+  launch "$name" new "$bin" "$@" || fail_start "$name did not start" "$name"
 }
 
 # fail_start MESSAGE [DAEMON]: says what failed, shows the last lines of
@@ -347,9 +371,7 @@ serializeImagePulls: false
 EOF
   local extra=()
   read -ra extra <<<"${KPLUG_CLUSTER_KUBELET_EXTRA_ARGS:-}"
-  # AWS_EC2_METADATA_DISABLED: kubelet 1.20's built-in AWS credential
-  # provider otherwise calls 169.254.169.254, off the machine.
-  AWS_EC2_METADATA_DISABLED=true start_daemon kubelet "$bin_dir/kubelet" \
+  start_daemon kubelet "$bin_dir/kubelet" \
     --config="$DIR/kubelet/config.yaml" \
     --kubeconfig="$DIR/kubelet.kubeconfig" \
     --container-runtime=remote \
@@ -533,11 +555,41 @@ cmd_status() {
   return $ok
 }
 
-[ $# -eq 1 ] || usage
-case "$1" in
-  up) cmd_up ;;
-  down) cmd_down ;;
-  env) cmd_env ;;
-  status) cmd_status ;;
+# known_daemon NAME: dies unless NAME is one of DAEMONS.
+known_daemon() {
+  local name
+  for name in "${DAEMONS[@]}"; do [ "$name" != "$1" ] || return 0; done
+  die "no daemon $1: one of ${DAEMONS[*]}"
+}
+
+cmd_stop() {
+  known_daemon "$1"
+  [ -f "$DIR/env" ] || die "no cluster is up ($DIR/env missing)"
+  daemon_runs "$1" || die "$1 is not running"
+  stop_pid "$(recorded_pid "$1")" "$1"
+}
+
+cmd_start() {
+  known_daemon "$1"
+  [ -f "$DIR/env" ] || die "no cluster is up ($DIR/env missing): hack/cluster.sh up"
+  ! daemon_runs "$1" || die "$1 is already running ($(recorded_pid "$1"))"
+  local command=()
+  mapfile -t command <"$LOGS/$1.args" || die "no command line of $1 ($LOGS/$1.args)"
+  log "starting $1 again (output appended to $LOGS/$1.log)"
+  if ! launch "$1" append "${command[@]}"; then
+    log "--- last 15 lines of $LOGS/$1.log ---"
+    tail -n 15 "$LOGS/$1.log" >&2
+    die "$1 did not start"
+  fi
+  log "$1 running ($(recorded_pid "$1"))"
+}
+
+case "${1:-}:$#" in
+  up:1) cmd_up ;;
+  down:1) cmd_down ;;
+  env:1) cmd_env ;;
+  status:1) cmd_status ;;
+  stop:2) cmd_stop "$2" ;;
+  start:2) cmd_start "$2" ;;
   *) usage ;;
 esac

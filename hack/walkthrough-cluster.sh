@@ -138,10 +138,12 @@ cleanup() {
   fi
   if [ -n "$CLUSTER_STARTED" ]; then
     step "taking the cluster down: hack/cluster.sh down"
-    local start=$SECONDS line
-    # Its progress, each line with the seconds since the start.
-    "$ROOT/hack/cluster.sh" down 2>&1 | while IFS= read -r line; do echo "   +$((SECONDS - start))s $line"; done >&2
-    if [ "${PIPESTATUS[0]}" = 0 ]; then
+    local start=$SECONDS line down=0
+    # Its progress, each line with the seconds since the start; its failure
+    # (pipefail) reported below, not an exit under set -e.
+    "$ROOT/hack/cluster.sh" down 2>&1 | while IFS= read -r line; do echo "   +$((SECONDS - start))s $line"; done >&2 ||
+      down=$?
+    if [ "$down" = 0 ]; then
       note "down in $((SECONDS - start))s"
     else
       echo "walkthrough: hack/cluster.sh down failed" >&2

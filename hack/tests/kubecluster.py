@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -165,36 +164,22 @@ class Cluster:
             return None
         return pid if _runs(pid, "kubelet") else None
 
-    def stop_kubelet(self, timeout: float = 30) -> None:
-        """SIGTERM to the kubelet (its pods keep running), and waits until it has exited."""
-        pid = self.kubelet_pid()
-        if pid is None:
-            raise AssertionError("no kubelet is running")
-        os.kill(pid, signal.SIGTERM)
-        wait_for(f"the kubelet ({pid}) to exit", lambda: not _runs(pid, "kubelet"), timeout, interval=0.05)
+    def stop_kubelet(self) -> None:
+        """``hack/cluster.sh stop kubelet``: SIGTERM (its pods keep running), waiting until it has exited."""
+        self._daemon("stop", "kubelet")
 
     def start_kubelet(self) -> int:
-        """Starts the kubelet again as ``hack/cluster.sh up`` did: the same command line (logs/kubelet.args), the
-        same environment (AWS_EC2_METADATA_DISABLED=true, see cluster.sh), its own session, output appended to
-        logs/kubelet.log; records its PID where ``hack/cluster.sh down`` and ``status`` find it."""
-        if self.kubelet_pid() is not None:
-            raise AssertionError(f"a kubelet is already running ({self.kubelet_pid()})")
-        logs = Path(self.env["KPLUG_CLUSTER_LOGS"])
-        command = (logs / "kubelet.args").read_text().splitlines()
-        started = subprocess.run(
-            ["bash", "-c", 'setsid "$@" </dev/null >>"$KUBELET_LOG" 2>&1 & echo $!', "bash", *command],
-            env={**os.environ, "AWS_EC2_METADATA_DISABLED": "true", "KUBELET_LOG": str(logs / "kubelet.log")},
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        )
-        pid = int(started.stdout.strip())
-        wait_for(f"the kubelet ({pid}) to start", lambda: _runs(pid, "kubelet"), 10, interval=0.05)
-        pid_file = self._kubelet_pid_file()
-        pid_file.with_suffix(".tmp").write_text(f"{pid}\n")
-        pid_file.with_suffix(".tmp").replace(pid_file)
+        """``hack/cluster.sh start kubelet``: the command line ``up`` used, output appended to its log; its PID."""
+        self._daemon("start", "kubelet")
+        pid = self.kubelet_pid()
+        if pid is None:
+            raise AssertionError("hack/cluster.sh start kubelet: no kubelet running afterwards")
         return pid
+
+    def _daemon(self, action: str, name: str) -> None:
+        done = cluster_sh(action, name, env=self.env, timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"hack/cluster.sh {action} {name} failed:\n{done.stderr}")
 
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log, for a failure message."""

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from kubecluster import Cluster, cluster_sh, wait_for
+from kubecluster import CLUSTER_SH, Cluster, cluster_sh, wait_for
 
 NS = "cluster-test"
 
@@ -99,6 +100,36 @@ def test_a_second_up_is_refused_and_the_cluster_stays(cluster: Cluster) -> None:
     assert "a cluster is already running" in second.stderr
     assert cluster_sh("status").returncode == 0, "the refused up stopped something"
     cluster.kubectl("get", "--raw", "/readyz")
+
+
+def test_one_daemon_stops_and_starts_again_and_keeps_no_lock_of_its_caller(cluster: Cluster, tmp_path: Path) -> None:
+    """``stop`` and ``start`` one daemon, the kubelet, while the caller holds
+    a lock on a descriptor (as scripts sharing the one cluster do with
+    flock): the restarted daemon must not hold it once the caller is gone."""
+    assert "no daemon nope" in cluster_sh("stop", "nope").stderr
+    stopped = cluster_sh("stop", "kubelet")
+    assert stopped.returncode == 0, stopped.stderr
+    status = cluster_sh("status")
+    assert status.returncode != 0 and "kubelet not running" in status.stderr, status.stderr
+    lock = tmp_path / "lock"
+    started = subprocess.run(
+        ["bash", "-c", 'exec 9>"$1"; flock 9; "$2" start kubelet', "bash", str(lock), str(CLUSTER_SH)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    pid = cluster.kubelet_pid()
+    assert pid is not None, started.stderr
+    held = [os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir() if f.is_symlink()]
+    assert str(lock) not in held, f"the kubelet holds its caller's lock: {held}"
+    assert subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode == 0, "the lock is still held"
+    again = cluster_sh("start", "kubelet")
+    assert again.returncode != 0 and "already running" in again.stderr, again.stderr
+    assert cluster_sh("status").returncode == 0
+    node = cluster.env["KPLUG_CLUSTER_NODE_NAME"]
+    wait_for(
+        "the node Ready after the kubelet's restart",
+        lambda: cluster.kubectl("get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}") == "True" or None,
+    )
 
 
 def test_services_reach_pods_from_the_host_and_from_pods(cluster: Cluster, toolbox: list[str]) -> None:
