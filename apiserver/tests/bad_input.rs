@@ -211,6 +211,13 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             ),
             (
                 HeartbeatRequest {
+                    server_name: "other.plugins.kplug.io".to_owned(),
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "serverName: Invalid value: \"other.plugins.kplug.io\": names under plugins.kplug.io are plugin identities: plugin \"ok\" may declare only \"ok.plugins.kplug.io\"",
+            ),
+            (
+                HeartbeatRequest {
                     api: None,
                     ..heartbeat("ok", "127.0.0.1:1")
                 },

@@ -11,4 +11,23 @@ pub mod v1alpha1 {
 
     /// The protocol version this crate implements.
     pub const PROTOCOL_VERSION: &str = "v1alpha1";
+
+    /// The DNS suffix of plugin identities (HeartbeatRequest.certificate_request):
+    /// kplug's API group. kplug's plugin CA certifies names under it only to
+    /// the plugin named.
+    pub const IDENTITY_SUFFIX: &str = "plugins.kplug.io";
+
+    /// The identity of plugin `plugin`: the DNS name its certificate holds
+    /// and kplug verifies, `NAME.plugins.kplug.io`.
+    pub fn identity(plugin: &str) -> String {
+        format!("{plugin}.{IDENTITY_SUFFIX}")
+    }
+
+    /// The plugin whose identity `server_name` is, if it is one.
+    pub fn plugin_of(server_name: &str) -> Option<&str> {
+        server_name
+            .strip_suffix(IDENTITY_SUFFIX)
+            .and_then(|name| name.strip_suffix('.'))
+            .filter(|name| !name.is_empty())
+    }
 }

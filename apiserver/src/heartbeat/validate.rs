@@ -95,12 +95,14 @@ fn server_name(value: &str, plugin: &str) -> Option<String> {
         return Some(format!("must be an IP address or a DNS name: {problem}"));
     }
     let own = identity::identity(plugin);
-    (value.ends_with(&format!(".{}", identity::IDENTITY_SUFFIX)) && value != own).then(|| {
-        format!(
-            "names under {} are plugin identities: plugin {plugin:?} may declare only {own:?}",
-            identity::IDENTITY_SUFFIX
-        )
-    })
+    identity::plugin_of(value)
+        .is_some_and(|named| named != plugin)
+        .then(|| {
+            format!(
+                "names under {} are plugin identities: plugin {plugin:?} may declare only {own:?}",
+                identity::IDENTITY_SUFFIX
+            )
+        })
 }
 
 fn interval(duration: Option<&prost_types::Duration>) -> Result<Option<Duration>, String> {

@@ -24,20 +24,4 @@ pub use signer::{
     ClientCertificate, Issued, SignError, Signer, SignerError, SigningFiles, TrustBundle,
 };
 
-/// The DNS suffix of plugin identities: kplug's API group. Names under it
-/// are certified only by kplug's plugin CA, and only to the plugin named.
-pub const IDENTITY_SUFFIX: &str = "plugins.kplug.io";
-
-/// The identity of plugin `plugin`: the DNS name its certificate holds and
-/// kplug verifies, `NAME.plugins.kplug.io`.
-pub fn identity(plugin: &str) -> String {
-    format!("{plugin}.{IDENTITY_SUFFIX}")
-}
-
-/// The plugin whose identity `server_name` is, if it is one.
-pub fn plugin_of(server_name: &str) -> Option<&str> {
-    server_name
-        .strip_suffix(IDENTITY_SUFFIX)
-        .and_then(|name| name.strip_suffix('.'))
-        .filter(|name| !name.is_empty())
-}
+pub use kplug_proto::v1alpha1::{IDENTITY_SUFFIX, identity, plugin_of};

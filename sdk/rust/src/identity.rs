@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kplug_proto::v1alpha1::{HeartbeatRequest, HeartbeatResponse};
+use kplug_proto::v1alpha1::{HeartbeatRequest, HeartbeatResponse, identity};
 use rcgen::{CertificateParams, KeyPair};
 use ring::digest::{SHA256, digest};
 use rustls::server::ServerConfig;
@@ -23,15 +23,6 @@ use tokio::sync::watch;
 
 use crate::Error;
 use crate::serve::tls::{Pem, build};
-
-/// The DNS suffix of plugin identities (kplug's `IDENTITY_SUFFIX`).
-pub const IDENTITY_SUFFIX: &str = "plugins.kplug.io";
-
-/// The identity kplug certifies for plugin `name`, and verifies when it
-/// calls it.
-pub fn identity(name: &str) -> String {
-    format!("{name}.{IDENTITY_SUFFIX}")
-}
 
 /// What the plugin holds from kplug.
 #[derive(Clone)]
