@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what kplug's tests need and a fresh machine may lack: kubectl,
-# curl, PostgreSQL and MariaDB, what the real cluster needs (containerd,
+# curl, nghttp, PostgreSQL and MariaDB, what the real cluster needs (containerd,
 # runc, CNI plugins, iptables; Debian packages), the Python virtualenv and
 # the Kubernetes components. Idempotent and
 # quick when everything is there.
@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v kubectl >/dev/null || need_apt+=(kubectl)
 command -v curl >/dev/null || need_apt+=(curl)
+# A second HTTP/2 client for the early-answer tests (apiserver/tests/early_answers.rs).
+command -v nghttp >/dev/null || need_apt+=(nghttp2-client)
 command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ]; } || need_apt+=(mariadb-server)
 # The real cluster (hack/cluster.sh): a container runtime, CNI plugins,

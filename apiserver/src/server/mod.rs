@@ -3,6 +3,7 @@
 mod busy;
 pub mod certs;
 mod corked;
+mod early_answer;
 pub mod front_door;
 pub mod health;
 pub mod pki;
@@ -37,6 +38,7 @@ use crate::identity::Signer;
 use crate::proxy::{PluginTls, PluginTlsSource, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
 use crate::trust::{self, TrustBundle};
+use early_answer::DrainLimits;
 use front_door::{Callers, ConnectionMetrics, Door, Limits};
 use serving_cert::ServingCert;
 
@@ -45,7 +47,8 @@ use serving_cert::ServingCert;
 const SWEEP_PERIOD: Duration = Duration::from_millis(250);
 
 /// The HTTP application: probes open to all, the API and `/metrics` behind
-/// authentication and authorization, every request counted.
+/// authentication and authorization, every request counted, and the unread
+/// rest of a body refused early drained (see [`early_answer`]).
 /// `/readyz` fails until `warmup` has passed and once `stopping` turns true
 /// (see [`health::router`]).
 pub fn app(
@@ -56,11 +59,19 @@ pub fn app(
     warmup: Duration,
     stopping: watch::Receiver<bool>,
 ) -> Router {
+    let drain = DrainLimits {
+        max_bytes: early_answer::DRAIN_MAX_BYTES,
+        timeout: early_answer::DRAIN_TIMEOUT,
+    };
     let api = api::router(state, openapi, metrics.registry.clone())
         .layer(axum::middleware::from_fn_with_state(auth, guard));
     health::router(warmup, stopping)
         .merge(api)
         .layer(InstrumentLayer::new(metrics.requests.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            drain,
+            early_answer::drain_unread,
+        ))
 }
 
 /// Middleware: answers `401`/`403` Statuses, or passes the request on with
