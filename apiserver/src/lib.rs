@@ -8,6 +8,8 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod heartbeat;
 pub mod identity;
 pub mod proxy;

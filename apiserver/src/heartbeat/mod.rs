@@ -1,7 +1,7 @@
 //! Heartbeat ingest: the gRPC `Registry` service that plugins call.
 
 mod metrics;
-mod validate;
+pub(crate) mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;

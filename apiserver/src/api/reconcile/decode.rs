@@ -17,10 +17,11 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::DeserializeOwned;
+use serde::Deserializer;
+use serde::de::{DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::scan::{Key, Reason, Scanner, SyntaxError};
-use crate::v1alpha1::{ApiSelector, ReconcileStatus};
+use crate::v1alpha1::{ApiSelector, Reconcile, ReconcileSpec, ReconcileStatus};
 
 /// A decoded Reconcile request, borrowing the object and extensions from
 /// the body.
@@ -78,27 +79,26 @@ pub fn request(body: &[u8]) -> Result<Request<'_>, SyntaxError> {
     let mut spec = None;
     let mut spec_unknown = Vec::new();
     let mut first = true;
-    while let Some(key) = s.next_key(&mut first)? {
-        match &*key_name(&s, key)? {
+    while let Some(key) = next_field(&mut s, &mut first)? {
+        // In serde_json's order: the key decodes, is not a repeat, then `:`.
+        let name = key_name(&s, key)?;
+        seen.once(&s, key, &name, Reconcile::FIELDS)?;
+        s.colon()?;
+        match &*name {
             b"apiVersion" => {
-                seen.once(&s, key, "apiVersion")?;
                 request.api_version = typed(&mut s)?;
             }
             b"kind" => {
-                seen.once(&s, key, "kind")?;
                 request.kind = typed(&mut s)?;
             }
             b"metadata" => {
-                seen.once(&s, key, "metadata")?;
                 request.metadata = typed(&mut s)?;
             }
             b"spec" => {
-                seen.once(&s, key, "spec")?;
                 spec = Some(read_spec(&mut s, &mut spec_unknown)?);
             }
             b"status" => {
                 // Checked as before, though kplug fills in its own.
-                seen.once(&s, key, "status")?;
                 typed::<Option<ReconcileStatus>>(&mut s)?;
             }
             other => {
@@ -125,22 +125,21 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
     let mut spec = Spec::default();
     let mut seen = Seen::default();
     let mut first = true;
-    while let Some(key) = s.next_key(&mut first)? {
-        match &*key_name(s, key)? {
+    while let Some(key) = next_field(s, &mut first)? {
+        let name = key_name(s, key)?;
+        seen.once(s, key, &name, ReconcileSpec::FIELDS)?;
+        s.colon()?;
+        match &*name {
             b"operation" => {
-                seen.once(s, key, "operation")?;
                 spec.operation = typed(s)?;
             }
             b"dryRun" => {
-                seen.once(s, key, "dryRun")?;
                 spec.dry_run = typed(s)?;
             }
             b"timeoutSeconds" => {
-                seen.once(s, key, "timeoutSeconds")?;
                 spec.timeout_seconds = typed(s)?;
             }
             b"object" => {
-                seen.once(s, key, "object")?;
                 spec.object = if s.peek() == Some(b'n') {
                     s.skip_value()?;
                     None
@@ -149,23 +148,18 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
                 };
             }
             b"extensions" => {
-                seen.once(s, key, "extensions")?;
                 spec.extensions = extensions(s)?;
             }
             b"api" => {
-                seen.once(s, key, "api")?;
                 spec.api = typed(s)?;
             }
             b"preferredImplementation" => {
-                seen.once(s, key, "preferredImplementation")?;
                 spec.preferred_implementation = typed(s)?;
             }
             b"requiredImplementation" => {
-                seen.once(s, key, "requiredImplementation")?;
                 spec.required_implementation = typed(s)?;
             }
             b"plugin" => {
-                seen.once(s, key, "plugin")?;
                 spec.plugin = typed(s)?;
             }
             other => {
@@ -293,6 +287,43 @@ fn head_string(
     Ok(())
 }
 
+/// The next field name of a struct, as [`Scanner::next_field`]. serde_json
+/// decodes a field name as it reads it, which finds some flaws earlier than
+/// checking it does (a `\\u` escape for half a surrogate pair): a flawed
+/// name is refused as serde_json refuses it.
+fn next_field<'a>(s: &mut Scanner<'a>, first: &mut bool) -> Result<Option<Key<'a>>, SyntaxError> {
+    let before = s.pos();
+    s.next_field(first).map_err(|flaw| {
+        let in_a_string = matches!(
+            flaw.reason,
+            Reason::EofString
+                | Reason::InvalidEscape
+                | Reason::ControlCharacter
+                | Reason::InvalidUnicode
+        );
+        if !in_a_string {
+            return flaw;
+        }
+        let ahead = &s.bytes()[before..];
+        let Some(quote) = ahead.iter().position(|&b| b == b'"') else {
+            return flaw;
+        };
+        let separator = ahead[..quote]
+            .iter()
+            .all(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r' | b','));
+        if !separator {
+            return flaw;
+        }
+        // The name alone: what follows it is not read.
+        let rest = before + quote..s.bytes().len();
+        let mut name = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
+        match <String as serde::Deserialize>::deserialize(&mut name) {
+            Err(e) => located(s, &rest, &e),
+            Ok(_) => flaw,
+        }
+    })
+}
+
 /// Opens an object where one must be.
 fn open_object(s: &mut Scanner<'_>, expected: &'static str) -> Result<(), SyntaxError> {
     match s.peek() {
@@ -305,18 +336,46 @@ fn open_object(s: &mut Scanner<'_>, expected: &'static str) -> Result<(), Syntax
     }
 }
 
-/// A value of the wrong type starting with `first`.
-fn wrong_type(s: &Scanner<'_>, first: u8, expected: &'static str) -> SyntaxError {
+/// A value of the wrong type starting with `first` (at the scanner's
+/// position). serde_json describes a scalar by its value (integer `2`,
+/// string "x") once it has read it, so serde_json reads and describes it.
+fn wrong_type(s: &mut Scanner<'_>, first: u8, expected: &'static str) -> SyntaxError {
     let found = match first {
-        b'"' => "string",
         b'[' => "sequence",
         b'{' => "map",
-        b't' | b'f' => "boolean",
-        b'n' => "null",
-        b'-' | b'0'..=b'9' => "number",
+        b'"' | b't' | b'f' | b'n' | b'-' | b'0'..=b'9' => {
+            // serde_json decodes the scalar (its flaws reported as decoding
+            // reports them), then refuses it.
+            let rest = s.pos()..s.bytes().len();
+            let mut scalar = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
+            return match Expecting(expected).deserialize(&mut scalar) {
+                Err(e) => located(s, &rest, &e),
+                // Expecting takes nothing; a scalar never gets this far.
+                Ok(()) => s.error(Reason::ExpectedValue),
+            };
+        }
         _ => return s.error(Reason::ExpectedValue),
     };
     s.error(Reason::InvalidType { found, expected })
+}
+
+/// Refuses any value, in serde's words, as something that expected `.0`.
+struct Expecting(&'static str);
+
+impl<'de> DeserializeSeed<'de> for Expecting {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for Expecting {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
 }
 
 /// Known fields already read, to refuse a second one as serde does.
@@ -324,16 +383,25 @@ fn wrong_type(s: &Scanner<'_>, first: u8, expected: &'static str) -> SyntaxError
 struct Seen(Vec<&'static str>);
 
 impl Seen {
+    /// Records `name` if it is one of `fields`; a second time, refuses it.
     fn once(
         &mut self,
         s: &Scanner<'_>,
         key: Key<'_>,
-        field: &'static str,
+        name: &[u8],
+        fields: &'static [&'static str],
     ) -> Result<(), SyntaxError> {
+        let Some(&field) = fields.iter().find(|field| field.as_bytes() == name) else {
+            return Ok(());
+        };
         if self.0.contains(&field) {
-            // At the key's closing quote, as serde_json reports it.
-            let closing = key.start + key.raw.len() + 1;
-            return Err(s.error_at(Reason::DuplicateField(field), closing));
+            // serde_json has read the key and the whitespace after it.
+            let after_key = key.start + key.raw.len() + 2;
+            let whitespace = s.bytes()[after_key..]
+                .iter()
+                .take_while(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+                .count();
+            return Err(s.error_after(Reason::DuplicateField(field), after_key + whitespace));
         }
         self.0.push(field);
         Ok(())
@@ -360,8 +428,24 @@ fn head_key<'a>(s: &Scanner<'a>, key: Key<'a>) -> Option<Cow<'a, [u8]>> {
 
 /// The next value, decoded by serde_json from its slice of the body.
 fn typed<T: DeserializeOwned>(s: &mut Scanner<'_>) -> Result<T, SyntaxError> {
-    let range = s.skip_value()?;
-    serde_json::from_slice(&s.bytes()[range.clone()]).map_err(|e| located(s, &range, &e))
+    s.peek();
+    let start = s.pos();
+    match s.skip_value() {
+        Ok(range) => {
+            serde_json::from_slice(&s.bytes()[range.clone()]).map_err(|e| located(s, &range, &e))
+        }
+        // Malformed: serde_json, decoding it, says what and where, as it
+        // did reading the whole body (it reports some flaws elsewhere when
+        // decoding than when skipping).
+        Err(malformed) => {
+            let rest = start..s.bytes().len();
+            let mut value = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
+            match T::deserialize(&mut value) {
+                Err(e) => Err(located(s, &rest, &e)),
+                Ok(_) => Err(malformed),
+            }
+        }
+    }
 }
 
 /// serde_json's error on the value at `range`, placed in the whole body.
@@ -382,8 +466,12 @@ fn located(s: &Scanner<'_>, range: &Range<usize>, error: &serde_json::Error) -> 
             .nth(line - 2)
             .map_or(0, |(i, _)| i + 1),
     };
-    let offset = range.start + line_start + error.column().saturating_sub(1);
-    s.error_at(Reason::Field(message), offset)
+    // serde_json's column counts the bytes it had read on the line: 0 just
+    // after a newline.
+    s.error_after(
+        Reason::Field(message),
+        range.start + line_start + error.column(),
+    )
 }
 
 fn sort_unique(names: &mut Vec<String>) {

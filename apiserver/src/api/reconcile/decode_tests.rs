@@ -2,12 +2,9 @@
 //! into `Reconcile`, a second pass for unknown field names, and a third for
 //! each object's head. Table-driven: each case is a body and what it gives.
 
-use serde::Deserialize;
-use serde::de::IgnoredAny;
-use std::collections::BTreeMap;
-
 use super::*;
-use crate::v1alpha1::{Reconcile, ReconcileSpec};
+use crate::api::reconcile::differential::{self, serde_head};
+use crate::v1alpha1::Reconcile;
 
 const OBJECT: &str = r#"{"apiVersion":"v1","kind":"X","metadata":{"name":"a"}}"#;
 
@@ -15,98 +12,14 @@ fn body_with_spec(spec: &str) -> String {
     format!(r#"{{"apiVersion":"plugins.kplug.io/v1alpha1","kind":"Reconcile","spec":{spec}}}"#)
 }
 
-/// The unknown field names the earlier second pass found.
-fn serde_unknown(body: &[u8]) -> Vec<String> {
-    #[derive(Deserialize)]
-    struct FieldNames {
-        #[serde(default)]
-        spec: BTreeMap<String, IgnoredAny>,
-        #[serde(flatten)]
-        top: BTreeMap<String, IgnoredAny>,
-    }
-    let Ok(names) = serde_json::from_slice::<FieldNames>(body) else {
-        return Vec::new();
-    };
-    let top = names
-        .top
-        .into_keys()
-        .filter(|k| !Reconcile::FIELDS.contains(&k.as_str()));
-    let spec = names
-        .spec
-        .into_keys()
-        .filter(|k| !ReconcileSpec::FIELDS.contains(&k.as_str()))
-        .map(|k| format!("spec.{k}"));
-    top.chain(spec).collect()
-}
-
-/// The earlier third pass: an object's head, or `None` when unreadable.
-fn serde_head(raw: &[u8]) -> Option<(bool, bool, bool)> {
-    #[derive(Deserialize)]
-    struct ObjectHead {
-        #[serde(rename = "apiVersion")]
-        api_version: Option<String>,
-        kind: Option<String>,
-        #[serde(default)]
-        metadata: HeadMetadata,
-    }
-    #[derive(Default, Deserialize)]
-    struct HeadMetadata {
-        name: Option<String>,
-    }
-    let head = serde_json::from_slice::<ObjectHead>(raw).ok()?;
-    let present = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
-    Some((
-        present(&head.api_version),
-        present(&head.kind),
-        present(&head.metadata.name),
-    ))
-}
-
 /// Checks a body the earlier decoder accepted: same fields, same unknown
 /// names, same object heads, the object's exact bytes.
 fn same_as_serde(body: &str) -> Request<'_> {
     let ours = request(body.as_bytes()).unwrap_or_else(|e| panic!("{body}: {e}"));
     let theirs: Reconcile = serde_json::from_str(body).unwrap_or_else(|e| panic!("{body}: {e}"));
-    assert_eq!(ours.api_version, theirs.api_version, "{body}");
-    assert_eq!(ours.kind, theirs.kind, "{body}");
-    assert_eq!(ours.metadata, theirs.metadata, "{body}");
-    let (spec, their_spec) = (&ours.spec, &theirs.spec);
-    assert_eq!(spec.operation, their_spec.operation_name, "{body}");
-    assert_eq!(spec.dry_run, their_spec.dry_run, "{body}");
-    assert_eq!(spec.timeout_seconds, their_spec.timeout_seconds, "{body}");
-    assert_eq!(spec.api, their_spec.api, "{body}");
-    assert_eq!(spec.plugin, their_spec.plugin, "{body}");
-    assert_eq!(
-        (
-            &spec.preferred_implementation,
-            &spec.required_implementation
-        ),
-        (
-            &their_spec.preferred_implementation,
-            &their_spec.required_implementation
-        ),
-        "{body}"
-    );
-    let objects = spec.object.iter().chain(&spec.extensions);
-    let their_objects = their_spec.object.iter().chain(&their_spec.extensions);
-    assert_eq!(
-        objects.clone().count(),
-        their_objects.clone().count(),
-        "{body}"
-    );
-    for (object, theirs) in objects.zip(their_objects) {
-        assert_eq!(object.raw, theirs.get().as_bytes(), "{body}");
-        let head = object.head;
-        let expected = serde_head(object.raw);
-        assert_eq!(
-            head.readable
-                .then_some((head.api_version, head.kind, head.name)),
-            expected,
-            "head of {}",
-            String::from_utf8_lossy(object.raw)
-        );
+    if let Err(disagreement) = differential::same_as_serde(body.as_bytes(), &ours, &theirs) {
+        panic!("{disagreement}");
     }
-    assert_eq!(ours.unknown, serde_unknown(body.as_bytes()), "{body}");
     ours
 }
 
@@ -233,6 +146,10 @@ fn rejects_what_serde_rejected_with_the_same_message() {
         r#"{"kind":"Reconcile","spec":{},"kind":"Reconcile"}"#,
         r#"{"spec":{"object":{},"object":{}}}"#,
         r#"{"spec":{"plugin":"a","dryRun":false,"plugin":"b"}}"#,
+        // A repeat is refused before its missing colon (found by fuzzing).
+        r#"{"spec":{"plugin":"a","dryRun":false,"plugin"in""}}"#,
+        r#"{"spec":{},"spec" {}}"#,
+        "{\"spec\":{},\"spec\"\n{}}",
         // Missing spec.
         r#"{"apiVersion":"plugins.kplug.io/v1alpha1"}"#,
         "{\n  \"kind\": \"Reconcile\"\n}",
@@ -245,6 +162,35 @@ fn rejects_what_serde_rejected_with_the_same_message() {
         r#"{"metadata":{"labels":[]},"spec":{}}"#,
         r#"{"kind":null,"spec":{}}"#,
         r#"{"spec":{},"status":{"success":true}}"#,
+        // Not an object at all: serde_json describes the value it read
+        // (found by fuzzing: `2` was "number" where serde said "integer `2`").
+        "2",
+        "-1.5e3",
+        " \"text\" ",
+        "true",
+        "null",
+        "18446744073709551616",
+        r#"{"spec":5}"#,
+        r#"{"spec":{"extensions":"none"}}"#,
+        r#"{"spec":{"extensions":null}}"#,
+        // A control character is reported at it in a skipped value, past it
+        // in a decoded one (found by fuzzing).
+        "{\"sn\":\"\u{1}\",\"spec\":{}}",
+        "{\"metadata\":{\"name\":\"\u{1}\"},\"spec\":{}}",
+        "{\"spec\":{\"object\":{\"k\u{1}\":1}}}",
+        "{\"sp\u{1}ec\":{}}",
+        "{\"spec\":\"plu\u{0}gin\"}",
+        "{\"s\n\":1}",
+        r#"{"s\ud83dTude00\ q":1}"#,
+        r#"{"?spec":678901224":{34}"#,
+        r#"{"spec":{"object":{"metadata":{"name":"a",}}}}"#,
+        r#"{"spec":{"object":{"kind":"X","#,
+        "{\"spec\":{\"object\":{\"a\":\"\\\n\"}}}",
+        "{\"spec\":{\"object\":{\"a\":\"\\u12\n4\"}}}",
+        "{\"spec\":{\"object\":{\"a\":-\n1}}}",
+        "{\"spec\":{\"object\":{\"a\":1.\n}}}",
+        "{\"spec\":{\"object\":{\"a\":0\n1}}}",
+        "{\"metadata\":{\"nam\n\ne\":\"r\"},\"spec\":{}}",
         // Syntax, truncation and trailing characters.
         "{not json",
         "",
@@ -253,6 +199,10 @@ fn rejects_what_serde_rejected_with_the_same_message() {
         r#"{"spec":{"object":{"a":1}}}}"#,
         r#"{"spec":{"object":{"a":01}}}"#,
         r#"{"spec":{"object":{"a":"\x"}}}"#,
+        // A bad \u escape is reported where serde_json reports it: after
+        // four bytes, or as an EOF when fewer remain (found by fuzzing).
+        r#"{"spec":{"object":{"a":"\ud83d\ukey"}}}"#,
+        r#"{"spec":{"object":{"a":"\u12x"#,
         r#"{"spec":{"object":[1,]}}"#,
         r#"{"spec":{}} {"spec":{}}"#,
         // A key that does not decode, where serde decoded keys.

@@ -7,6 +7,8 @@
 
 mod answer;
 mod decode;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod differential;
 mod scan;
 
 use std::time::{Duration, Instant};

@@ -70,6 +70,14 @@ pub struct SyntaxError {
     pub column: usize,
 }
 
+/// How serde_json read a string, which decides where it reports a control
+/// character: past it when decoding, at it when skipping.
+#[derive(Clone, Copy, Debug)]
+enum Strings {
+    Decoded,
+    Skipped,
+}
+
 /// A key of an object, as its bytes between the quotes.
 #[derive(Clone, Copy, Debug)]
 pub struct Key<'a> {
@@ -142,6 +150,27 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// An error found once serde_json had read `index` bytes: its column is
+    /// the number read on that line (0 just after a newline).
+    pub fn error_after(&self, reason: Reason, index: usize) -> SyntaxError {
+        let before = &self.bytes[..index.min(self.bytes.len())];
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        SyntaxError {
+            reason,
+            line: 1 + before.iter().filter(|&&b| b == b'\n').count(),
+            column: before.len() - line_start,
+        }
+    }
+
+    /// An error about the byte about to be read, placed as if it had been
+    /// read (serde_json's `peek_error`; at the end, at the end).
+    fn peek_error(&self, reason: Reason) -> SyntaxError {
+        self.error_after(reason, (self.pos + 1).min(self.bytes.len()))
+    }
+
     /// An error at the byte about to be read.
     pub fn error(&self, reason: Reason) -> SyntaxError {
         self.error_at(reason, self.pos)
@@ -171,9 +200,25 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The next key of an object whose `{` is consumed, with its `:`, or
-    /// `None` at the closing `}`. `first` tracks whether a comma is due.
+    /// The next key of an object kplug passes on (serde_json skipped it),
+    /// with its `:`, or `None` at the closing `}`. `first` tracks whether a
+    /// comma is due.
     pub fn next_key(&mut self, first: &mut bool) -> Result<Option<Key<'a>>, SyntaxError> {
+        let key = self.key(first, Strings::Skipped)?;
+        if key.is_some() {
+            self.colon()?;
+        }
+        Ok(key)
+    }
+
+    /// The next field name of a struct kplug decodes (serde_json decoded
+    /// it), without the `:`: serde_json refuses a repeated field before it
+    /// looks for the colon.
+    pub fn next_field(&mut self, first: &mut bool) -> Result<Option<Key<'a>>, SyntaxError> {
+        self.key(first, Strings::Decoded)
+    }
+
+    fn key(&mut self, first: &mut bool, strings: Strings) -> Result<Option<Key<'a>>, SyntaxError> {
         match self.peek() {
             Some(b'}') => {
                 self.pos += 1;
@@ -181,11 +226,16 @@ impl<'a> Scanner<'a> {
             }
             Some(b',') if !*first => {
                 self.pos += 1;
-                match self.peek() {
-                    Some(b'"') => {}
-                    Some(b'}') => return Err(self.error(Reason::TrailingComma)),
-                    Some(_) => return Err(self.error(Reason::KeyMustBeString)),
-                    None => return Err(self.error(Reason::EofValue)),
+                // Decoding a struct, serde_json names a trailing comma; skipping
+                // an object, it only finds no key.
+                match (self.peek(), strings) {
+                    (Some(b'"'), _) => {}
+                    (Some(b'}'), Strings::Decoded) => {
+                        return Err(self.error(Reason::TrailingComma));
+                    }
+                    (Some(_), _) => return Err(self.error(Reason::KeyMustBeString)),
+                    (None, Strings::Decoded) => return Err(self.error(Reason::EofValue)),
+                    (None, Strings::Skipped) => return Err(self.error(Reason::EofObject)),
                 }
             }
             Some(b'"') if *first => {}
@@ -194,22 +244,21 @@ impl<'a> Scanner<'a> {
             None => return Err(self.error(Reason::EofObject)),
         }
         *first = false;
-        self.key().map(Some)
-    }
-
-    /// A key at its opening quote, and the `:` after it.
-    fn key(&mut self) -> Result<Key<'a>, SyntaxError> {
         let start = self.pos;
-        let escaped = self.string()?;
-        let key = Key {
+        let escaped = self.string(strings)?;
+        Ok(Some(Key {
             raw: &self.bytes[start + 1..self.pos - 1],
             start,
             escaped,
-        };
+        }))
+    }
+
+    /// The `:` after a key.
+    pub fn colon(&mut self) -> Result<(), SyntaxError> {
         match self.peek() {
             Some(b':') => {
                 self.pos += 1;
-                Ok(key)
+                Ok(())
             }
             Some(_) => Err(self.error(Reason::ExpectedColon)),
             None => Err(self.error(Reason::EofObject)),
@@ -259,7 +308,8 @@ impl<'a> Scanner<'a> {
                         Some(b'}') => self.pos += 1,
                         Some(b'"') => {
                             self.stack.push(true);
-                            self.key()?;
+                            self.string(Strings::Skipped)?;
+                            self.colon()?;
                             self.value_start()?;
                             continue;
                         }
@@ -279,7 +329,7 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 Some(b'"') => {
-                    self.string()?;
+                    self.string(Strings::Skipped)?;
                 }
                 Some(b'-' | b'0'..=b'9') => self.number()?,
                 Some(b't') => self.literal(b"true")?,
@@ -300,7 +350,8 @@ impl<'a> Scanner<'a> {
                         self.pos += 1;
                         match self.peek() {
                             Some(b'"') => {
-                                self.key()?;
+                                self.string(Strings::Skipped)?;
+                                self.colon()?;
                                 self.value_start()?;
                                 break;
                             }
@@ -334,7 +385,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string at its opening quote; returns whether it holds escapes.
-    fn string(&mut self) -> Result<bool, SyntaxError> {
+    fn string(&mut self, strings: Strings) -> Result<bool, SyntaxError> {
         let bytes = self.bytes;
         let mut i = self.pos + 1;
         let mut escaped = false;
@@ -362,7 +413,10 @@ impl<'a> Scanner<'a> {
                     i = self.escape(i)?;
                 }
                 Some(0..=0x1F) => {
-                    return Err(self.error_at(Reason::ControlCharacter, i));
+                    return Err(match strings {
+                        Strings::Decoded => self.error_after(Reason::ControlCharacter, i + 1),
+                        Strings::Skipped => self.error_after(Reason::ControlCharacter, i),
+                    });
                 }
                 Some(&lead @ 0x80..) => i = self.utf8(i, lead)?,
                 Some(_) => i += 1,
@@ -377,17 +431,15 @@ impl<'a> Scanner<'a> {
     fn escape(&self, i: usize) -> Result<usize, SyntaxError> {
         match self.bytes.get(i + 1) {
             Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
-            Some(b'u') => {
-                for j in i + 2..i + 6 {
-                    match self.bytes.get(j) {
-                        Some(b) if b.is_ascii_hexdigit() => {}
-                        Some(_) => return Err(self.error_at(Reason::InvalidEscape, j)),
-                        None => return Err(self.error_at(Reason::EofString, self.bytes.len())),
-                    }
-                }
-                Ok(i + 6)
-            }
-            Some(_) => Err(self.error_at(Reason::InvalidEscape, i + 1)),
+            // serde_json takes the four bytes, then judges them: a bad one
+            // is reported at the fourth, and fewer than four are an EOF.
+            Some(b'u') => match self.bytes.get(i + 2..i + 6) {
+                Some(hex) if hex.iter().all(u8::is_ascii_hexdigit) => Ok(i + 6),
+                Some(_) => Err(self.error_after(Reason::InvalidEscape, i + 6)),
+                None => Err(self.error_at(Reason::EofString, self.bytes.len())),
+            },
+            // Reported once the byte after the backslash is read.
+            Some(_) => Err(self.error_after(Reason::InvalidEscape, i + 2)),
             None => Err(self.error_at(Reason::EofString, self.bytes.len())),
         }
     }
@@ -423,7 +475,7 @@ impl<'a> Scanner<'a> {
             if digits(s) {
                 Ok(())
             } else {
-                Err(s.error(Reason::InvalidNumber))
+                Err(s.peek_error(Reason::InvalidNumber))
             }
         };
         if self.bytes.get(self.pos) == Some(&b'-') {
@@ -433,7 +485,7 @@ impl<'a> Scanner<'a> {
             Some(b'0') => {
                 self.pos += 1;
                 if self.bytes.get(self.pos).is_some_and(u8::is_ascii_digit) {
-                    return Err(self.error(Reason::InvalidNumber));
+                    return Err(self.peek_error(Reason::InvalidNumber));
                 }
             }
             _ => required(self)?,

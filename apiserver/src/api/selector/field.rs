@@ -1,5 +1,6 @@
 //! The field selector: `metadata.name` terms, their escapes and matching.
 
+use std::fmt;
 use std::str::FromStr;
 
 use super::SelectorError;
@@ -71,6 +72,30 @@ impl FieldSelector {
     /// Whether the selector selects everything.
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
+    }
+}
+
+/// The Kubernetes string form, escapes included, terms in sorted order: two
+/// selectors with the same terms print the same, and [`FieldSelector::parse`]
+/// reads it back as those terms.
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut terms: Vec<String> = self
+            .terms
+            .iter()
+            .map(|term| {
+                let mut text = format!("{NAME_FIELD}{}", if term.equal { "=" } else { "!=" });
+                for c in term.value.chars() {
+                    if matches!(c, '\\' | ',' | '=') {
+                        text.push('\\');
+                    }
+                    text.push(c);
+                }
+                text
+            })
+            .collect();
+        terms.sort_unstable();
+        f.write_str(&terms.join(","))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The label selector: its requirements and how they match a set of labels.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::str::FromStr;
 
 use super::SelectorError;
@@ -41,6 +42,37 @@ impl LabelSelector {
     /// Whether the selector selects everything.
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
+    }
+}
+
+/// The Kubernetes string form, which [`LabelSelector::parse`] reads back as
+/// the same requirements (as apimachinery's `String()`).
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, requirement) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{requirement}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = &self.key;
+        let set = |values: &BTreeSet<String>| values.iter().cloned().collect::<Vec<_>>().join(",");
+        match &self.op {
+            Op::Exists => write!(f, "{key}"),
+            Op::DoesNotExist => write!(f, "!{key}"),
+            Op::In(values) if values.len() == 1 => write!(f, "{key}={}", set(values)),
+            Op::In(values) => write!(f, "{key} in ({})", set(values)),
+            Op::NotIn(values) if values.len() == 1 => write!(f, "{key}!={}", set(values)),
+            Op::NotIn(values) => write!(f, "{key} notin ({})", set(values)),
+            Op::Gt(bound) => write!(f, "{key}>{bound}"),
+            Op::Lt(bound) => write!(f, "{key}<{bound}"),
+        }
     }
 }
 

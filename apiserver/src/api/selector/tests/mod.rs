@@ -38,3 +38,34 @@ fn field_err(s: &str) -> SelectorError {
         Err(e) => e,
     }
 }
+
+#[test]
+fn selectors_print_in_a_form_that_parses_back_the_same() {
+    let labels = [
+        ("", ""),
+        ("a=b", "a=b"),
+        ("a==b,!c,d", "a=b,!c,d"),
+        ("x in (b,a),y notin (c)", "x in (a,b),y!=c"),
+        ("x in (a,),k>5,k<3", "k>5,k<3,x in (,a)"),
+        ("x=", "x="),
+    ];
+    for (input, printed) in labels {
+        let parsed = sel(input);
+        assert_eq!(parsed.to_string(), printed, "{input}");
+        assert_eq!(sel(printed), parsed, "{printed}");
+    }
+    let fields = [
+        ("", ""),
+        (
+            r"metadata.name!=b\,c,metadata.name==a\=\\",
+            r"metadata.name!=b\,c,metadata.name=a\=\\",
+        ),
+    ];
+    for (input, printed) in fields {
+        let parsed = FieldSelector::parse(input).expect(input);
+        assert_eq!(parsed.to_string(), printed, "{input}");
+        let again = FieldSelector::parse(printed).expect(printed);
+        assert_eq!(again.to_string(), printed);
+        assert_eq!(again.matches_name("a=\\"), parsed.matches_name("a=\\"));
+    }
+}
