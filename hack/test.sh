@@ -12,14 +12,18 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 echo "== cargo fmt" >&2
 cargo fmt --all -- --check
+# The fuzz targets' entry points (the `fuzzing` feature) build with
+# everything else, and their seeds and past failures are replayed as a test
+# (apiserver/tests/fuzz_seeds.rs); the fuzzing itself is hack/fuzz.sh.
+features=(--features kplug-apiserver/fuzzing)
 echo "== cargo clippy" >&2
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
 # Integration tests start the workspace's binaries (the plugins), so build
 # them all first.
 echo "== cargo build" >&2
-cargo build --workspace --all-targets --locked
+cargo build --workspace --all-targets --locked "${features[@]}"
 echo "== cargo test" >&2
-cargo test --workspace --locked
+cargo test --workspace --locked "${features[@]}"
 echo "== pytest" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
 # kplug's images, from the Dockerfiles we ship (cached; about 12 minutes

@@ -342,7 +342,14 @@ fn open_object(s: &mut Scanner<'_>, expected: &'static str) -> Result<(), Syntax
 fn wrong_type(s: &mut Scanner<'_>, first: u8, expected: &'static str) -> SyntaxError {
     let found = match first {
         b'[' => "sequence",
-        b'{' => "map",
+        // serde_json refuses a map before reading its `{`.
+        b'{' => {
+            let found = Reason::InvalidType {
+                found: "map",
+                expected,
+            };
+            return s.error_after(found, s.pos());
+        }
         b'"' | b't' | b'f' | b'n' | b'-' | b'0'..=b'9' => {
             // serde_json decodes the scalar (its flaws reported as decoding
             // reports them), then refuses it.
@@ -395,13 +402,18 @@ impl Seen {
             return Ok(());
         };
         if self.0.contains(&field) {
-            // serde_json has read the key and the whitespace after it.
+            // serde_json has read the key, then looked for the end of the
+            // object: the whitespace after the key, and a `}` there.
             let after_key = key.start + key.raw.len() + 2;
             let whitespace = s.bytes()[after_key..]
                 .iter()
                 .take_while(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
                 .count();
-            return Err(s.error_after(Reason::DuplicateField(field), after_key + whitespace));
+            let brace = usize::from(s.bytes().get(after_key + whitespace) == Some(&b'}'));
+            return Err(s.error_after(
+                Reason::DuplicateField(field),
+                after_key + whitespace + brace,
+            ));
         }
         self.0.push(field);
         Ok(())

@@ -190,6 +190,9 @@ fn rejects_what_serde_rejected_with_the_same_message() {
         "{\"spec\":{\"object\":{\"a\":-\n1}}}",
         "{\"spec\":{\"object\":{\"a\":1.\n}}}",
         "{\"spec\":{\"object\":{\"a\":0\n1}}}",
+        "{\"sn\":fal\ns,\"spec\":{}}",
+        r#"{"spec":{},"spec" }"#,
+        r#"{"spec":{"extensions":{}}}"#,
         "{\"metadata\":{\"nam\n\ne\":\"r\"},\"spec\":{}}",
         // Syntax, truncation and trailing characters.
         "{not json",

@@ -508,7 +508,8 @@ impl<'a> Scanner<'a> {
         for &expected in word {
             match self.bytes.get(self.pos) {
                 Some(&b) if b == expected => self.pos += 1,
-                Some(_) => return Err(self.error(Reason::ExpectedIdent)),
+                // Reported once the wrong byte is read.
+                Some(_) => return Err(self.peek_error(Reason::ExpectedIdent)),
                 None => return Err(self.error(Reason::EofValue)),
             }
         }
