@@ -280,6 +280,29 @@ fn bodies(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     )
 }
 
+/// What kplug refuses whoever asks: a POST on the collection (405) and a
+/// reconcile over `--max-request-bytes` (413).
+fn refused_to_anyone(small: &Path, oversized: &Path, admin: &Credential) -> [Refusal; 2] {
+    [
+        Refusal {
+            what: "POST on the plugins collection",
+            path: PLUGINS,
+            body: small.to_owned(),
+            credential: admin.clone(),
+            code: 405,
+            reason: "MethodNotAllowed",
+        },
+        Refusal {
+            what: "a 20 MiB reconcile",
+            path: RECONCILES,
+            body: oversized.to_owned(),
+            credential: admin.clone(),
+            code: 413,
+            reason: "RequestEntityTooLarge",
+        },
+    ]
+}
+
 #[test]
 fn standalone_early_answers_reach_curl_and_nghttp() {
     let kplug = StandaloneKplug::start();
@@ -291,25 +314,12 @@ fn standalone_early_answers_reach_curl_and_nghttp() {
         base: kplug.api.clone(),
         ca: kplug.state.path().join("ca.crt"),
     };
+    let [not_allowed, too_large] = refused_to_anyone(&small, &oversized, &admin);
     check_all(
         &listener,
         &[
-            Refusal {
-                what: "POST on the plugins collection",
-                path: PLUGINS,
-                body: small.clone(),
-                credential: admin.clone(),
-                code: 405,
-                reason: "MethodNotAllowed",
-            },
-            Refusal {
-                what: "a 20 MiB reconcile",
-                path: RECONCILES,
-                body: oversized,
-                credential: admin,
-                code: 413,
-                reason: "RequestEntityTooLarge",
-            },
+            not_allowed,
+            too_large,
             Refusal {
                 what: "a reconcile without a client certificate",
                 path: RECONCILES,
@@ -344,25 +354,12 @@ fn serve_early_answers_reach_curl_and_nghttp() {
         base: format!("https://localhost:{}", kplug.https),
         ca: kplug.certs.join("ca.crt"),
     };
+    let [not_allowed, too_large] = refused_to_anyone(&small, &oversized, &admin);
     check_all(
         &listener,
         &[
-            Refusal {
-                what: "POST on the plugins collection",
-                path: PLUGINS,
-                body: small,
-                credential: admin.clone(),
-                code: 405,
-                reason: "MethodNotAllowed",
-            },
-            Refusal {
-                what: "a 20 MiB reconcile",
-                path: RECONCILES,
-                body: oversized,
-                credential: admin,
-                code: 413,
-                reason: "RequestEntityTooLarge",
-            },
+            not_allowed,
+            too_large,
             Refusal {
                 what: "a reconcile with a token kube-apiserver does not know",
                 path: RECONCILES,

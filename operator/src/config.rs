@@ -232,9 +232,18 @@ impl OperatorArgs {
     /// Logs to stderr with the `--log` filter. Each line shows the spans it
     /// is in with their fields: a reconcile's lines carry its `object`,
     /// `trace_id` and, once kplug answered, `operation_id`.
+    ///
+    /// kube-client logs every 5xx answer at ERROR, among them kplug's
+    /// expected 503 while no plugin is Ready, where the operator's own line
+    /// says what the answer meant for the object: those lines are off unless
+    /// the filter names `kube_client`.
     pub fn init_logging(&self) -> Result<(), tracing_subscriber::filter::ParseError> {
+        let mut filter = tracing_subscriber::EnvFilter::try_new(&self.log)?;
+        if !self.log.contains("kube_client") {
+            filter = filter.add_directive("kube_client::client::builder=off".parse()?);
+        }
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_new(&self.log)?)
+            .with_env_filter(filter)
             .with_writer(std::io::stderr)
             // Colours for people at a terminal, plain text for a pod's log.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -129,25 +129,10 @@ impl<'a> Scanner<'a> {
         self.pos
     }
 
-    /// An error at byte `offset`, with serde_json's line and column.
+    /// An error at byte `offset`: serde_json reports it once it has read
+    /// that byte (or at the end of the input).
     pub fn error_at(&self, reason: Reason, offset: usize) -> SyntaxError {
-        let before = &self.bytes[..offset.min(self.bytes.len())];
-        let line_start = before
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1);
-        // serde_json counts the column of the byte it stopped at, or of the
-        // last byte at the end of the input.
-        let column = if offset < self.bytes.len() {
-            offset - line_start + 1
-        } else {
-            self.bytes.len() - line_start
-        };
-        SyntaxError {
-            reason,
-            line: 1 + before.iter().filter(|&&b| b == b'\n').count(),
-            column,
-        }
+        self.error_after(reason, (offset + 1).min(self.bytes.len()))
     }
 
     /// An error found once serde_json had read `index` bytes: its column is
@@ -163,12 +148,6 @@ impl<'a> Scanner<'a> {
             line: 1 + before.iter().filter(|&&b| b == b'\n').count(),
             column: before.len() - line_start,
         }
-    }
-
-    /// An error about the byte about to be read, placed as if it had been
-    /// read (serde_json's `peek_error`; at the end, at the end).
-    fn peek_error(&self, reason: Reason) -> SyntaxError {
-        self.error_after(reason, (self.pos + 1).min(self.bytes.len()))
     }
 
     /// An error at the byte about to be read.
@@ -475,7 +454,7 @@ impl<'a> Scanner<'a> {
             if digits(s) {
                 Ok(())
             } else {
-                Err(s.peek_error(Reason::InvalidNumber))
+                Err(s.error(Reason::InvalidNumber))
             }
         };
         if self.bytes.get(self.pos) == Some(&b'-') {
@@ -485,7 +464,7 @@ impl<'a> Scanner<'a> {
             Some(b'0') => {
                 self.pos += 1;
                 if self.bytes.get(self.pos).is_some_and(u8::is_ascii_digit) {
-                    return Err(self.peek_error(Reason::InvalidNumber));
+                    return Err(self.error(Reason::InvalidNumber));
                 }
             }
             _ => required(self)?,
@@ -509,7 +488,7 @@ impl<'a> Scanner<'a> {
             match self.bytes.get(self.pos) {
                 Some(&b) if b == expected => self.pos += 1,
                 // Reported once the wrong byte is read.
-                Some(_) => return Err(self.peek_error(Reason::ExpectedIdent)),
+                Some(_) => return Err(self.error(Reason::ExpectedIdent)),
                 None => return Err(self.error(Reason::EofValue)),
             }
         }
