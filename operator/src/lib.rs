@@ -40,7 +40,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -53,7 +53,7 @@ pub use metrics::Metrics;
 pub use metrics_server::{ServeError, TlsError};
 pub use path::FieldPath;
 
-use reconciler::Context;
+use reconciler::{Context, Events};
 
 /// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
 pub async fn shutdown_signal() {
@@ -222,7 +222,7 @@ impl Operator {
                 .as_ref()
                 .map(|l| l.identity.clone()),
         };
-        let recorder = Recorder::new(self.client.clone(), reporter);
+        let events = Events::new(self.client.clone(), reporter);
         // Served by every replica, leader or not, until `run` returns.
         let _metrics_server = match &self.options.metrics {
             Some(serving) => Some(
@@ -251,7 +251,7 @@ impl Operator {
                 api,
                 self.options,
                 self.hooks,
-                recorder,
+                events,
             )
             .with_metrics(self.metrics.clone()),
         );

@@ -11,7 +11,6 @@ use kplug_api::v1alpha1::{ApiSelector, Operation, ReconcileStatus};
 use kplug_proto::trace::TraceParent;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -19,7 +18,10 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{Instrument, info, warn};
 
+mod events;
 mod writes;
+
+pub use events::Events;
 
 use crate::Hooks;
 use crate::config::Options;
@@ -65,7 +67,7 @@ pub struct Context {
     pub options: Options,
     pub hooks: Hooks,
     pub resolver: Resolver,
-    pub recorder: Recorder,
+    pub events: Events,
     /// Objects that wait for a Ready plugin: a plugin turning Ready wakes them.
     pub waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
     /// Objects whose last delegation did not reach kplug: kplug answering
@@ -87,7 +89,7 @@ impl Context {
         api: ApiSelector,
         options: Options,
         hooks: Hooks,
-        recorder: Recorder,
+        events: Events,
     ) -> Self {
         let metrics = Metrics::new(&resource.kind.to_lowercase(), options.concurrency);
         Self {
@@ -98,7 +100,7 @@ impl Context {
             api,
             options,
             hooks,
-            recorder,
+            events,
             waiting: Mutex::default(),
             unreachable: Mutex::default(),
             kplug_unreachable: tokio::sync::Notify::new(),

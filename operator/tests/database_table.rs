@@ -234,6 +234,32 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
         "no retry sooner than --min-backoff: {delays:?}"
     );
 
+    // Its retries repeated one Warning, counted in that Event's series; a
+    // changed message for the same reason is a new Event beside it.
+    world.cluster.apply(&table_yaml(
+        "broken",
+        "PostgreSQL",
+        &[("id", "uint64"), ("blob", "blob7")],
+        "none",
+    ));
+    wait_until(
+        "an UnknownColumnType Event about blob7 beside the one about blob9",
+        Duration::from_secs(60),
+        || {
+            let notes: Vec<String> = world
+                .events("default", "broken")
+                .into_iter()
+                .filter(|(t, r, _)| t == "Warning" && r == "UnknownColumnType")
+                .map(|(_, _, note)| note)
+                .collect();
+            let about =
+                |column_type: &str| notes.iter().filter(|n| n.contains(column_type)).count();
+            (notes.len() == 2 && about("blob9") == 1 && about("blob7") == 1)
+                .then_some(())
+                .ok_or_else(|| format!("{notes:?}"))
+        },
+    );
+
     // No plugin Ready: a condition, no hot loop, and a wake-up on the first plugin.
     world.stop_plugin(&mut pg_plugin, PG_PLUGIN);
     world.stop_plugin(&mut mariadb_plugin, MARIADB_PLUGIN);

@@ -31,7 +31,7 @@ impl Context {
             secondary: None,
         };
         let reference = object.object_ref(&self.resource);
-        let published = self.recorder.publish(&event, &reference).await;
+        let published = self.events.publish(&event, &reference).await;
         self.metrics
             .event(type_ == EventType::Normal, reason, published.is_ok());
         if let Err(error) = published {

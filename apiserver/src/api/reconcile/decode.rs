@@ -86,20 +86,20 @@ pub fn request(body: &[u8]) -> Result<Request<'_>, SyntaxError> {
         s.colon()?;
         match &*name {
             b"apiVersion" => {
-                request.api_version = typed(&mut s)?;
+                request.api_version = typed(&mut s, 1)?;
             }
             b"kind" => {
-                request.kind = typed(&mut s)?;
+                request.kind = typed(&mut s, 1)?;
             }
             b"metadata" => {
-                request.metadata = typed(&mut s)?;
+                request.metadata = typed(&mut s, 1)?;
             }
             b"spec" => {
                 spec = Some(read_spec(&mut s, &mut spec_unknown)?);
             }
             b"status" => {
                 // Checked as before, though kplug fills in its own.
-                typed::<Option<ReconcileStatus>>(&mut s)?;
+                typed::<Option<ReconcileStatus>>(&mut s, 1)?;
             }
             other => {
                 request
@@ -131,13 +131,13 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
         s.colon()?;
         match &*name {
             b"operation" => {
-                spec.operation = typed(s)?;
+                spec.operation = typed(s, 2)?;
             }
             b"dryRun" => {
-                spec.dry_run = typed(s)?;
+                spec.dry_run = typed(s, 2)?;
             }
             b"timeoutSeconds" => {
-                spec.timeout_seconds = typed(s)?;
+                spec.timeout_seconds = typed(s, 2)?;
             }
             b"object" => {
                 spec.object = if s.peek() == Some(b'n') {
@@ -151,16 +151,16 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
                 spec.extensions = extensions(s)?;
             }
             b"api" => {
-                spec.api = typed(s)?;
+                spec.api = typed(s, 2)?;
             }
             b"preferredImplementation" => {
-                spec.preferred_implementation = typed(s)?;
+                spec.preferred_implementation = typed(s, 2)?;
             }
             b"requiredImplementation" => {
-                spec.required_implementation = typed(s)?;
+                spec.required_implementation = typed(s, 2)?;
             }
             b"plugin" => {
-                spec.plugin = typed(s)?;
+                spec.plugin = typed(s, 2)?;
             }
             other => {
                 unknown.push(String::from_utf8_lossy(other).into_owned());
@@ -318,7 +318,7 @@ fn next_field<'a>(s: &mut Scanner<'a>, first: &mut bool) -> Result<Option<Key<'a
         let rest = before + quote..s.bytes().len();
         let mut name = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
         match <String as serde::Deserialize>::deserialize(&mut name) {
-            Err(e) => located(s, &rest, &e),
+            Err(e) => located(s, &rest, &e, 0),
             Ok(_) => flaw,
         }
     })
@@ -356,7 +356,7 @@ fn wrong_type(s: &mut Scanner<'_>, first: u8, expected: &'static str) -> SyntaxE
             let rest = s.pos()..s.bytes().len();
             let mut scalar = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
             return match Expecting(expected).deserialize(&mut scalar) {
-                Err(e) => located(s, &rest, &e),
+                Err(e) => located(s, &rest, &e, 0),
                 // Expecting takes nothing; a scalar never gets this far.
                 Ok(()) => s.error(Reason::ExpectedValue),
             };
@@ -429,7 +429,7 @@ fn key_name<'a>(s: &Scanner<'a>, key: Key<'a>) -> Result<Cow<'a, [u8]>, SyntaxEr
     let range = key.start..key.start + key.raw.len() + 2;
     serde_json::from_slice::<String>(&s.bytes()[range.clone()])
         .map(|name| Cow::Owned(name.into_bytes()))
-        .map_err(|e| located(s, &range, &e))
+        .map_err(|e| located(s, &range, &e, 0))
 }
 
 /// A key inside an object: `None` when it does not decode, which only
@@ -438,30 +438,99 @@ fn head_key<'a>(s: &Scanner<'a>, key: Key<'a>) -> Option<Cow<'a, [u8]>> {
     key_name(s, key).ok()
 }
 
-/// The next value, decoded by serde_json from its slice of the body.
-fn typed<T: DeserializeOwned>(s: &mut Scanner<'_>) -> Result<T, SyntaxError> {
+/// serde_json refuses the 128th level of nesting, counted from the root.
+const SERDE_DEPTH_LIMIT: usize = 128;
+
+/// The next value, `depth` containers deep in the body, decoded by
+/// serde_json from its slice of the body.
+fn typed<T: DeserializeOwned>(s: &mut Scanner<'_>, depth: usize) -> Result<T, SyntaxError> {
     s.peek();
     let start = s.pos();
     match s.skip_value() {
-        Ok(range) => {
-            serde_json::from_slice(&s.bytes()[range.clone()]).map_err(|e| located(s, &range, &e))
-        }
+        Ok(range) => decode_nested(&s.bytes()[range.clone()], depth, true)
+            .map_err(|(e, shift)| located(s, &range, &e, shift)),
         // Malformed: serde_json, decoding it, says what and where, as it
         // did reading the whole body (it reports some flaws elsewhere when
         // decoding than when skipping).
         Err(malformed) => {
             let rest = start..s.bytes().len();
-            let mut value = serde_json::Deserializer::from_slice(&s.bytes()[rest.clone()]);
-            match T::deserialize(&mut value) {
-                Err(e) => Err(located(s, &rest, &e)),
+            match decode_nested::<T>(&s.bytes()[rest.clone()], depth, false) {
+                Err((e, shift)) => Err(located(s, &rest, &e, shift)),
                 Ok(_) => Err(malformed),
             }
         }
     }
 }
 
+/// Decodes `value` as serde_json did inside the body, `depth` containers
+/// deep: one nested that deep is decoded inside as many arrays, so that it
+/// meets the depth limit where it did (the error's columns on the first
+/// line are then `shift` too far). `whole`: nothing may follow the value.
+fn decode_nested<T: DeserializeOwned>(
+    value: &[u8],
+    depth: usize,
+    whole: bool,
+) -> Result<T, (serde_json::Error, usize)> {
+    let containers = value.iter().filter(|&&b| b == b'[' || b == b'{').count();
+    if containers + depth < SERDE_DEPTH_LIMIT {
+        let mut reader = serde_json::Deserializer::from_slice(value);
+        let decoded = T::deserialize(&mut reader).map_err(|e| (e, 0))?;
+        if whole {
+            reader.end().map_err(|e| (e, 0))?;
+        }
+        return Ok(decoded);
+    }
+    let mut wrapped = Vec::with_capacity(value.len() + 2 * depth);
+    wrapped.extend(std::iter::repeat_n(b'[', depth));
+    wrapped.extend_from_slice(value);
+    wrapped.extend(std::iter::repeat_n(b']', depth));
+    let mut reader = serde_json::Deserializer::from_slice(&wrapped);
+    Nested::<T>::new(depth)
+        .deserialize(&mut reader)
+        .map_err(|e| (e, depth))
+}
+
+/// A `T` inside `.0` single-element arrays.
+struct Nested<T>(usize, std::marker::PhantomData<T>);
+
+impl<T> Nested<T> {
+    fn new(depth: usize) -> Self {
+        Self(depth, std::marker::PhantomData)
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> DeserializeSeed<'de> for Nested<T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        if self.0 == 0 {
+            T::deserialize(deserializer)
+        } else {
+            deserializer.deserialize_seq(self)
+        }
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Nested<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a value nested in arrays")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        seq.next_element_seed(Nested::<T>::new(self.0 - 1))?
+            .ok_or_else(|| serde::de::Error::invalid_length(0, &self))
+    }
+}
+
 /// serde_json's error on the value at `range`, placed in the whole body.
-fn located(s: &Scanner<'_>, range: &Range<usize>, error: &serde_json::Error) -> SyntaxError {
+fn located(
+    s: &Scanner<'_>,
+    range: &Range<usize>,
+    error: &serde_json::Error,
+    shift: usize,
+) -> SyntaxError {
     let message = error.to_string();
     let position = format!(" at line {} column {}", error.line(), error.column());
     let message = message
@@ -469,21 +538,21 @@ fn located(s: &Scanner<'_>, range: &Range<usize>, error: &serde_json::Error) -> 
         .unwrap_or(&message)
         .to_owned();
     let value = &s.bytes()[range.clone()];
-    let line_start = match error.line() {
-        0 | 1 => 0,
-        line => value
-            .iter()
-            .enumerate()
-            .filter(|&(_, &b)| b == b'\n')
-            .nth(line - 2)
-            .map_or(0, |(i, _)| i + 1),
+    let (line_start, column) = match error.line() {
+        0 | 1 => (0, error.column().saturating_sub(shift)),
+        line => (
+            value
+                .iter()
+                .enumerate()
+                .filter(|&(_, &b)| b == b'\n')
+                .nth(line - 2)
+                .map_or(0, |(i, _)| i + 1),
+            error.column(),
+        ),
     };
     // serde_json's column counts the bytes it had read on the line: 0 just
     // after a newline.
-    s.error_after(
-        Reason::Field(message),
-        range.start + line_start + error.column(),
-    )
+    s.error_after(Reason::Field(message), range.start + line_start + column)
 }
 
 fn sort_unique(names: &mut Vec<String>) {

@@ -315,3 +315,23 @@ fn numbers_beyond_64_bits_pass_through_exactly() {
         );
     }
 }
+
+#[test]
+fn nesting_is_refused_at_serde_jsons_depth_counted_from_the_body() {
+    // Found by fuzzing: a typed value decoded from its own slice met
+    // serde_json's limit of 128 levels two levels later than in the body.
+    for levels in 120..130 {
+        let deep = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        for body in [
+            format!(r#"{{"spec":{{}},"status":{{"objectStatus":{deep}}}}}"#),
+            format!(r#"{{"metadata":{{"managedFields":[{{"fieldsV1":{deep}}}]}},"spec":{{}}}}"#),
+            format!(r#"{{"spec":{{"api":{deep}}}}}"#),
+            // Values serde_json skipped have no depth limit.
+            format!(r#"{{"spec":{{"object":{{"a":{deep}}}}},"colour":{deep}}}"#),
+        ] {
+            if let Err(disagreement) = differential::check(body.as_bytes()) {
+                panic!("{levels} levels: {disagreement}");
+            }
+        }
+    }
+}
