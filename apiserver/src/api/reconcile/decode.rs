@@ -483,7 +483,11 @@ fn decode_nested<T: DeserializeOwned>(
     let mut wrapped = Vec::with_capacity(value.len() + 2 * depth);
     wrapped.extend(std::iter::repeat_n(b'[', depth));
     wrapped.extend_from_slice(value);
-    wrapped.extend(std::iter::repeat_n(b']', depth));
+    // The rest of a malformed body is not closed: its flaw, an EOF included,
+    // must stay where it is.
+    if whole {
+        wrapped.extend(std::iter::repeat_n(b']', depth));
+    }
     let mut reader = serde_json::Deserializer::from_slice(&wrapped);
     Nested::<T>::new(depth)
         .deserialize(&mut reader)

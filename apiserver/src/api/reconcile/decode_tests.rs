@@ -326,6 +326,11 @@ fn nesting_is_refused_at_serde_jsons_depth_counted_from_the_body() {
             format!(r#"{{"spec":{{}},"status":{{"objectStatus":{deep}}}}}"#),
             format!(r#"{{"metadata":{{"managedFields":[{{"fieldsV1":{deep}}}]}},"spec":{{}}}}"#),
             format!(r#"{{"spec":{{"api":{deep}}}}}"#),
+            // Truncated after many objects (found by fuzzing): still an EOF.
+            format!(
+                r#"{{"spec":{{}},"metadata":{{"a":[{}"#,
+                r#"{},"#.repeat(levels)
+            ),
             // Values serde_json skipped have no depth limit.
             format!(r#"{{"spec":{{"object":{{"a":{deep}}}}},"colour":{deep}}}"#),
         ] {
