@@ -219,3 +219,29 @@ async fn channels_of_instances_that_leave_are_dropped() {
     assert!(dropped.is_ok(), "b's channel outlived b");
     forget.abort();
 }
+
+#[tokio::test]
+async fn failures_name_the_instance_and_say_what_happened_in_words() {
+    let registry = Registry::new(RegistryConfig::default());
+    let proxy = Proxy::new(ProxyConfig::default());
+    let closed = closed_address();
+    let cut = raw(Raw::Cut).await;
+    let down = plugin(Answer::Unavailable).await;
+    let cases = [
+        (closed.as_str(), "refused the connection (nothing listens there)"),
+        (&cut.address, "closed the connection during the call"),
+        (&down.address, "answered UNAVAILABLE: the database is down"),
+    ];
+    for (address, what) in cases {
+        let plugin = registered(&registry, &[address]);
+        let error = call(&proxy, &plugin).await.expect_err("no answer");
+        assert!(matches!(error, ProxyError::Unavailable { .. }), "{error}");
+        assert_eq!(
+            error.to_string(),
+            format!("plugin spread instance i-0 at {address} {what}")
+        );
+        registry
+            .delete("spread", &Default::default())
+            .expect("deleted");
+    }
+}

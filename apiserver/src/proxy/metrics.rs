@@ -56,7 +56,7 @@ impl ProxyError {
     pub fn class(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "overloaded",
-            Self::Unavailable { .. } => "unavailable",
+            Self::Unavailable { .. } | Self::NoneReady { .. } => "unavailable",
             Self::DeadlineExceeded { .. } => "timeout",
             Self::Rejected { .. } => "rejected",
             Self::Unimplemented { .. } => "unimplemented",

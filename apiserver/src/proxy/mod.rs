@@ -18,9 +18,12 @@ use crate::registry::{EventType, Registry};
 use crate::v1alpha1::{Operation, Plugin, PluginInstance};
 
 mod balance;
+mod failure;
 mod metrics;
 mod tls;
 use balance::{Chosen, undelivered};
+use failure::{Timeouts, classify};
+pub use failure::Target;
 pub use metrics::ProxyMetrics;
 pub use tls::{PluginTls, PluginTlsError, PluginTlsFiles, PluginTlsSource};
 
@@ -51,21 +54,19 @@ impl Default for ProxyConfig {
 pub enum ProxyError {
     #[error("plugin {plugin} already has {limit} calls in flight on each Ready instance")]
     Busy { plugin: String, limit: usize },
-    #[error("plugin {plugin} at {address} is unavailable: {detail}")]
-    Unavailable {
-        plugin: String,
-        address: String,
-        detail: String,
-    },
-    #[error("plugin {plugin} did not answer within {timeout:?}")]
-    DeadlineExceeded { plugin: String, timeout: Duration },
-    #[error("plugin {plugin} rejected the request: {message}")]
-    Rejected { plugin: String, message: String },
+    #[error("plugin {plugin} has no Ready instance")]
+    NoneReady { plugin: String },
+    #[error("{target} {what}")]
+    Unavailable { target: Target, what: String },
+    #[error("{target} did not answer within {timeout:?}")]
+    DeadlineExceeded { target: Target, timeout: Duration },
+    #[error("{target} rejected the request: {message}")]
+    Rejected { target: Target, message: String },
     #[error("plugin {plugin} does not implement {operation}")]
     Unimplemented { plugin: String, operation: String },
-    #[error("plugin {plugin} failed ({code:?}): {message}")]
+    #[error("{target} failed ({}): {message}", code.description())]
     Failed {
-        plugin: String,
+        target: Target,
         code: tonic::Code,
         message: String,
     },
@@ -76,12 +77,8 @@ pub enum ProxyError {
         detail: String,
     },
     /// kplug and the plugin do not accept each other's certificates.
-    #[error("TLS with plugin {plugin} at {address} failed: {detail}")]
-    Tls {
-        plugin: String,
-        address: String,
-        detail: String,
-    },
+    #[error("TLS with {target} failed: {detail}")]
+    Tls { target: Target, detail: String },
 }
 
 #[derive(Clone)]
@@ -166,8 +163,7 @@ impl Proxy {
         );
         let material = self.tls.as_ref().map(|tls| tls.current());
         let endpoint = tls::endpoint(
-            plugin,
-            address,
+            &Target::new(plugin, instance),
             server_name,
             material.as_deref(),
             self.config.connect_timeout,
@@ -239,10 +235,8 @@ impl Proxy {
         let mut fallback = None;
         let instances = balance::serving(plugin, &mut fallback);
         if instances.is_empty() {
-            return Err(ProxyError::Unavailable {
+            return Err(ProxyError::NoneReady {
                 plugin: name.to_owned(),
-                address: plugin.spec.address.clone(),
-                detail: "no instance is Ready".to_owned(),
             });
         }
         let first = self.choose(name, &instances, None)?;
@@ -300,7 +294,13 @@ impl Proxy {
             upstream,
             permit: _permit,
         } = chosen;
-        let address = instances.get(index).map_or("", |i| i.address.as_str());
+        let Some(instance) = instances.get(index) else {
+            let error = ProxyError::NoneReady {
+                plugin: name.to_owned(),
+            };
+            return Err((error, false));
+        };
+        let target = Target::new(name, instance);
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut client = upstream.client;
         let mut grpc_request = tonic::Request::new(request);
@@ -321,19 +321,17 @@ impl Proxy {
                 Operation::Finalize => client.finalize(grpc_request).await,
             }
         };
-        let answer = tokio::time::timeout(remaining, call).await.map_err(|_| {
-            let error = ProxyError::DeadlineExceeded {
-                plugin: name.to_owned(),
-                timeout,
-            };
-            (error, true)
-        })?;
+        let answer = match tokio::time::timeout(remaining, call).await {
+            Ok(answer) => answer,
+            Err(_) => return Err((ProxyError::DeadlineExceeded { target, timeout }, true)),
+        };
+        let timeouts = Timeouts {
+            call: timeout,
+            connect: self.config.connect_timeout,
+        };
         answer.map(tonic::Response::into_inner).map_err(|status| {
             let delivered = !undelivered(&status);
-            (
-                classify(name, address, operation, timeout, status),
-                delivered,
-            )
+            (classify(target, operation, timeouts, status), delivered)
         })
     }
 
@@ -386,51 +384,6 @@ impl Proxy {
                 }
             }
         }
-    }
-}
-
-/// The error a failed call to `plugin` at `address` is reported as.
-fn classify(
-    plugin: &str,
-    address: &str,
-    operation: Operation,
-    timeout: Duration,
-    status: tonic::Status,
-) -> ProxyError {
-    let plugin = plugin.to_owned();
-    if let Some(detail) = tls::failure(&status) {
-        return ProxyError::Tls {
-            plugin,
-            address: address.to_owned(),
-            detail,
-        };
-    }
-    match status.code() {
-        tonic::Code::DeadlineExceeded => ProxyError::DeadlineExceeded { plugin, timeout },
-        // A refused connection, or one that broke mid-call (the plugin
-        // crashed): both mean "not now", never a success.
-        // With the causes: the message alone is often "transport error".
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
-            ProxyError::Unavailable {
-                plugin,
-                address: address.to_owned(),
-                detail: tls::causes(&status),
-            }
-        }
-        tonic::Code::InvalidArgument => ProxyError::Rejected {
-            plugin,
-            message: status.message().to_owned(),
-        },
-        tonic::Code::Unimplemented => ProxyError::Unimplemented {
-            plugin,
-            operation: operation.as_str().to_owned(),
-        },
-        tonic::Code::ResourceExhausted => ProxyError::Busy { plugin, limit: 0 },
-        code => ProxyError::Failed {
-            plugin,
-            code,
-            message: status.message().to_owned(),
-        },
     }
 }
 

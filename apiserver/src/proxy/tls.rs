@@ -22,7 +22,7 @@ use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
-use super::ProxyError;
+use super::{ProxyError, Target};
 use crate::identity::{Signer, SignerError};
 use crate::server::serving_cert::reload_every;
 
@@ -291,21 +291,21 @@ fn material(
     })
 }
 
-/// How the plugin `plugin` at `address` is dialed: over TLS with `tls`,
-/// verifying its certificate for `server_name` (empty: the host of
-/// `address`); else plaintext HTTP/2.
+/// How the instance `target` is dialed: over TLS with `tls`, verifying its
+/// certificate for `server_name` (empty: the host of its address); else
+/// plaintext HTTP/2.
 pub(super) fn endpoint(
-    plugin: &str,
-    address: &str,
+    target: &Target,
     server_name: &str,
     tls: Option<&Material>,
     handshake_timeout: Duration,
 ) -> Result<Endpoint, ProxyError> {
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let address = &target.address;
     let endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).map_err(|e| {
         ProxyError::InvalidAddress {
-            plugin: plugin.to_owned(),
-            address: address.to_owned(),
+            plugin: target.plugin.clone(),
+            address: address.clone(),
             detail: e.to_string(),
         }
     })?;
@@ -320,8 +320,7 @@ pub(super) fn endpoint(
         config = config.domain_name(server_name);
     }
     endpoint.tls_config(config).map_err(|e| ProxyError::Tls {
-        plugin: plugin.to_owned(),
-        address: address.to_owned(),
+        target: target.clone(),
         detail: format!("cannot verify server name {server_name:?}: {}", causes(&e)),
     })
 }
