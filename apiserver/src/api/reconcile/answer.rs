@@ -9,31 +9,17 @@ use std::time::Duration;
 use kplug_proto::v1alpha1 as proto;
 use serde::Serialize;
 
-use super::decode::Request;
+use super::checks;
+use super::decode::{Object, Request};
 use crate::api::status::ApiError;
 use crate::v1alpha1::{
-    API_VERSION, ExtensionStatus, ObjectRef, Plugin, PluginRef, Reconcile, ReconcileResult,
-    ReconcileStatus, ResultCondition, Selection,
+    API_VERSION, Plugin, PluginRef, Reconcile, ReconcileResult, ReconcileStatus, ResultCondition,
+    Selection,
 };
 
 /// Room for everything but the object and extensions: the envelope and a
 /// typical status, so that the buffer is allocated once.
 const ANSWER_OVERHEAD: usize = 1024;
-
-fn parse_json(
-    plugin: &str,
-    what: &str,
-    bytes: &[u8],
-) -> Result<Option<serde_json::Value>, ApiError> {
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_slice(bytes).map(Some).map_err(|e| {
-        ApiError::Internal(format!(
-            "plugin {plugin} returned invalid JSON for {what}: {e}"
-        ))
-    })
-}
 
 fn severity(value: i32) -> &'static str {
     match proto::Severity::try_from(value) {
@@ -43,31 +29,21 @@ fn severity(value: i32) -> &'static str {
     }
 }
 
-/// The status from the plugin's reply.
+/// The status from the plugin's reply to a request that sent `extensions`;
+/// an answer [`checks`] refuses is the caller's `500`, naming the plugin.
 pub fn status(
     plugin: &Plugin,
     selection: Selection,
     operation_id: String,
     elapsed: Duration,
-    answer: proto::ReconcileResponse,
+    mut answer: proto::ReconcileResponse,
+    extensions: &[Object<'_>],
 ) -> Result<ReconcileStatus, ApiError> {
     let name = plugin.name();
-    let extension_statuses = answer
-        .extension_statuses
-        .into_iter()
-        .map(|e| {
-            let reference = e.r#ref.unwrap_or_default();
-            Ok(ExtensionStatus {
-                reference: ObjectRef {
-                    api_version: reference.api_version,
-                    kind: reference.kind,
-                    namespace: reference.namespace,
-                    name: reference.name,
-                },
-                status: parse_json(name, "an extension status", &e.status)?.unwrap_or_default(),
-            })
-        })
-        .collect::<Result<_, ApiError>>()?;
+    let statuses = checks::answer(&mut answer, extensions).map_err(|error| {
+        tracing::warn!(plugin = name, %error, "the plugin's answer is refused");
+        ApiError::Internal(format!("plugin {name} returned an invalid answer: {error}"))
+    })?;
     Ok(ReconcileStatus {
         plugin: PluginRef {
             name: name.to_owned(),
@@ -95,8 +71,8 @@ pub fn status(
                 message: c.message,
             })
             .collect(),
-        object_status: parse_json(name, "the object status", &answer.object_status)?,
-        extension_statuses,
+        object_status: statuses.object,
+        extension_statuses: statuses.extensions,
         requeue_after_seconds: answer
             .requeue_after
             .and_then(|d| Duration::try_from(d).ok())

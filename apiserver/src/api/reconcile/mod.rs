@@ -6,6 +6,7 @@
 //! slices of the request's buffer.
 
 mod answer;
+mod checks;
 mod decode;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod differential;
@@ -28,6 +29,7 @@ use super::status::ApiError;
 use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
+pub use checks::{MAX_ITEMS, MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use decode::{Object, Request, Spec};
 
 /// Query parameters of a create.
@@ -357,7 +359,14 @@ async fn delegate(
         proxy_error(error)
     })?;
     span.in_scope(|| tracing::debug!(success = answer.success, ?elapsed, "reconciled"));
-    let status = answer::status(&plugin, selection, operation_id, elapsed, answer)?;
+    let status = answer::status(
+        &plugin,
+        selection,
+        operation_id,
+        elapsed,
+        answer,
+        &spec.extensions,
+    )?;
     let body = answer::body(&request, &status)
         .map_err(|e| ApiError::Internal(format!("encoding the response: {e}")))?;
     let mut response = (

@@ -1,0 +1,357 @@
+//! What kplug refuses of a plugin's answer, before any of it reaches the
+//! caller: a plugin is code kplug does not control, and what it answers is
+//! written by the operator into objects that kube-apiserver stores in etcd.
+//!
+//! A status must be a JSON object (the `status` of a Kubernetes object is
+//! one), nested at most [`MAX_STATUS_DEPTH`] levels and at most
+//! [`MAX_STATUS_BYTES`] long; an extension status must name an extension
+//! the plugin was sent; results (one Event each, written by the operator)
+//! and conditions are at most [`MAX_ITEMS`] each. The caller gets one
+//! `500 InternalError` naming the plugin and the field, as kube-apiserver
+//! words a webhook's invalid answer, and nothing of the answer.
+
+use kplug_proto::v1alpha1 as proto;
+use serde::Deserialize;
+
+use super::decode::Object;
+use crate::v1alpha1::{ExtensionStatus, ObjectRef};
+
+/// etcd's default `--max-request-bytes` (1.5 MiB): the largest object
+/// kube-apiserver can store. A status this long alone can never be
+/// written, whatever the object it goes into.
+pub const MAX_STATUS_BYTES: usize = 1536 << 10;
+
+/// Deepest nesting of a status, counting the status itself as one level.
+/// The answer nests a status two levels down (`status.objectStatus`), the
+/// operator one level down in the object it writes; kube-rs clients and the
+/// operator read JSON with serde_json, which refuses more than 128 levels.
+/// 100 leaves room for those envelopes.
+pub const MAX_STATUS_DEPTH: usize = 100;
+
+/// The most results or conditions an answer may carry: the operator turns
+/// each result into an Event, so the count bounds its writes per reconcile.
+pub const MAX_ITEMS: usize = 64;
+
+/// What is wrong with a plugin's answer, worded like Kubernetes field errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAnswer {
+    #[error("{field}: Required value")]
+    Required { field: String },
+    #[error("{field}: Invalid value: {error}: must be valid JSON")]
+    NotJson { field: String, error: String },
+    #[error("{field}: Invalid value: {found:?}: must be of type object")]
+    NotAnObject { field: String, found: &'static str },
+    #[error(
+        "{field}: Invalid value: \"object\": must be nested at most {max} levels deep, found {depth}"
+    )]
+    TooDeep {
+        field: String,
+        depth: usize,
+        max: usize,
+    },
+    #[error("{field}: Too long: must have at most {max} bytes, found {bytes}")]
+    TooLong {
+        field: String,
+        bytes: usize,
+        max: usize,
+    },
+    #[error("{field}: Too many: {count}: must have at most {max} items")]
+    TooMany {
+        field: &'static str,
+        count: usize,
+        max: usize,
+    },
+    #[error("{field}: Invalid value: {reference:?}: names no extension the plugin was sent")]
+    NotSent { field: String, reference: String },
+}
+
+/// The statuses of an answer, checked.
+pub struct Statuses {
+    pub object: Option<serde_json::Value>,
+    pub extensions: Vec<ExtensionStatus>,
+}
+
+/// Checks `answer` from a plugin sent `extensions`, taking its statuses.
+pub fn answer(
+    answer: &mut proto::ReconcileResponse,
+    extensions: &[Object<'_>],
+) -> Result<Statuses, BadAnswer> {
+    count("status.results", answer.results.len())?;
+    count("status.conditions", answer.conditions.len())?;
+    let object = status("status.objectStatus", &answer.object_status)?;
+    let reported = std::mem::take(&mut answer.extension_statuses);
+    // Read only when needed: most answers carry no extension status.
+    let sent = match reported.is_empty() {
+        true => SentExtensions::read(&[]),
+        false => SentExtensions::read(extensions),
+    };
+    let extensions = reported
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let reference = e.r#ref.unwrap_or_default();
+            let field = format!("status.extensionStatuses[{i}]");
+            sent.check(&format!("{field}.ref"), &reference)?;
+            let field = format!("{field}.status");
+            let status = status(&field, &e.status)?.ok_or(BadAnswer::Required { field })?;
+            Ok(ExtensionStatus {
+                reference: ObjectRef {
+                    api_version: reference.api_version,
+                    kind: reference.kind,
+                    namespace: reference.namespace,
+                    name: reference.name,
+                },
+                status,
+            })
+        })
+        .collect::<Result<_, BadAnswer>>()?;
+    Ok(Statuses { object, extensions })
+}
+
+/// Checks that an answer carries at most [`MAX_ITEMS`] of `field`.
+fn count(field: &'static str, count: usize) -> Result<(), BadAnswer> {
+    if count > MAX_ITEMS {
+        return Err(BadAnswer::TooMany {
+            field,
+            count,
+            max: MAX_ITEMS,
+        });
+    }
+    Ok(())
+}
+
+/// The status at `field` (protobuf bytes of JSON), checked; `None` when the
+/// plugin sent none (no bytes).
+fn status(field: &str, bytes: &[u8]) -> Result<Option<serde_json::Value>, BadAnswer> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    if bytes.len() > MAX_STATUS_BYTES {
+        return Err(BadAnswer::TooLong {
+            field: field.to_owned(),
+            bytes: bytes.len(),
+            max: MAX_STATUS_BYTES,
+        });
+    }
+    // Measured before parsing, so that serde_json's own recursion limit is
+    // never the message the caller reads.
+    let depth = depth(bytes);
+    if depth > MAX_STATUS_DEPTH {
+        return Err(BadAnswer::TooDeep {
+            field: field.to_owned(),
+            depth,
+            max: MAX_STATUS_DEPTH,
+        });
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| BadAnswer::NotJson {
+            field: field.to_owned(),
+            error: e.to_string(),
+        })?;
+    if !value.is_object() {
+        return Err(BadAnswer::NotAnObject {
+            field: field.to_owned(),
+            found: type_name(&value),
+        });
+    }
+    Ok(Some(value))
+}
+
+fn type_name(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// The deepest nesting of arrays and objects in `bytes`, outside strings:
+/// one linear pass, whatever the depth (no recursion to overflow).
+fn depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in bytes {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The identity of an object the plugin was sent: what its extension
+/// statuses must name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Sent {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: SentMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SentMeta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// The extensions a request sent, as the references a status may name.
+struct SentExtensions(Vec<Sent>);
+
+impl SentExtensions {
+    /// Reads the identities of `extensions` (only called when the answer
+    /// has extension statuses). Each was decoded before it was sent, so it
+    /// reads; one that does not is matched by nothing.
+    fn read(extensions: &[Object<'_>]) -> Self {
+        Self(
+            extensions
+                .iter()
+                .map(|e| serde_json::from_slice(e.raw).unwrap_or_default())
+                .collect(),
+        )
+    }
+
+    /// Whether `reference` names one of them. An empty namespace in the
+    /// reference names the extension in whatever namespace it was sent
+    /// (the operator reads it as the parent object's).
+    fn check(&self, field: &str, reference: &proto::ObjectReference) -> Result<(), BadAnswer> {
+        let named = self.0.iter().any(|sent| {
+            !sent.metadata.name.is_empty()
+                && sent.api_version == reference.api_version
+                && sent.kind == reference.kind
+                && sent.metadata.name == reference.name
+                && (reference.namespace.is_empty()
+                    || sent.metadata.namespace.as_deref() == Some(reference.namespace.as_str()))
+        });
+        if named {
+            return Ok(());
+        }
+        let place = match reference.namespace.as_str() {
+            "" => reference.name.clone(),
+            namespace => format!("{namespace}/{}", reference.name),
+        };
+        Err(BadAnswer::NotSent {
+            field: field.to_owned(),
+            reference: format!("{} {} {place}", reference.api_version, reference.kind),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kplug_proto::v1alpha1::ObjectReference;
+
+    use super::super::decode::Head;
+    use super::*;
+
+    fn nested(levels: usize) -> Vec<u8> {
+        let mut bytes = "{\"a\":".repeat(levels - 1).into_bytes();
+        bytes.extend_from_slice(b"{}");
+        bytes.extend(std::iter::repeat_n(b'}', levels - 1));
+        bytes
+    }
+
+    #[test]
+    fn a_status_is_an_object_of_bounded_depth_and_length() {
+        assert_eq!(status("objectStatus", b""), Ok(None));
+        assert!(status("objectStatus", br#"{"a":[{"b":"}}]]\""}]}"#).is_ok_and(|s| s.is_some()));
+        assert!(status("s", &nested(MAX_STATUS_DEPTH)).is_ok());
+        assert_eq!(
+            status("s", &nested(MAX_STATUS_DEPTH + 1)).map_err(|e| e.to_string()),
+            Err(format!(
+                "s: Invalid value: \"object\": must be nested at most {MAX_STATUS_DEPTH} levels deep, found {}",
+                MAX_STATUS_DEPTH + 1
+            ))
+        );
+        // Far deeper than serde_json reads: still this message, no overflow.
+        let deep = status("s", &nested(100_000)).expect_err("too deep");
+        assert!(
+            matches!(deep, BadAnswer::TooDeep { depth: 100_000, .. }),
+            "{deep}"
+        );
+        for (bytes, found) in [
+            (&b"null"[..], "null"),
+            (b"\"ok\"", "string"),
+            (b"[1]", "array"),
+            (b"7", "number"),
+            (b"true", "boolean"),
+        ] {
+            assert_eq!(
+                status("extensionStatuses[0].status", bytes).map_err(|e| e.to_string()),
+                Err(format!(
+                    "extensionStatuses[0].status: Invalid value: {found:?}: must be of type object"
+                ))
+            );
+        }
+        let long = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_STATUS_BYTES));
+        assert_eq!(
+            status("objectStatus", long.as_bytes()),
+            Err(BadAnswer::TooLong {
+                field: "objectStatus".to_owned(),
+                bytes: long.len(),
+                max: MAX_STATUS_BYTES
+            })
+        );
+        let broken = status("objectStatus", b"{\"a\":").expect_err("not JSON");
+        assert!(matches!(broken, BadAnswer::NotJson { .. }), "{broken}");
+    }
+
+    #[test]
+    fn an_extension_status_must_name_an_extension_sent() {
+        let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"ns"},"spec":{}}"#;
+        let sent = SentExtensions::read(&[Object {
+            raw,
+            head: Head::default(),
+        }]);
+        let reference = |namespace: &str, name: &str| ObjectReference {
+            api_version: "example.com/v1".to_owned(),
+            kind: "Widget".to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        assert!(sent.check("f", &reference("ns", "w")).is_ok());
+        assert!(sent.check("f", &reference("", "w")).is_ok());
+        assert_eq!(
+            sent.check("extensionStatuses[1].ref", &reference("other", "w"))
+                .map_err(|e| e.to_string()),
+            Err("extensionStatuses[1].ref: Invalid value: \"example.com/v1 Widget other/w\": names no extension the plugin was sent".to_owned())
+        );
+        assert!(sent.check("f", &reference("ns", "x")).is_err());
+        let nothing = SentExtensions::read(&[]);
+        assert!(nothing.check("f", &reference("", "w")).is_err());
+    }
+
+    #[test]
+    fn results_and_conditions_are_counted() {
+        assert!(count("results", MAX_ITEMS).is_ok());
+        assert_eq!(
+            count("results", MAX_ITEMS + 1).map_err(|e| e.to_string()),
+            Err(format!(
+                "results: Too many: {}: must have at most {MAX_ITEMS} items",
+                MAX_ITEMS + 1
+            ))
+        );
+    }
+}
