@@ -22,6 +22,19 @@ pub fn plugins_resource() -> ApiResource {
 /// `server` (e.g. `https://127.0.0.1:PORT`) instead of the kubeconfig's
 /// server when given.
 pub async fn kube_client(path: &Path, server: Option<&str>) -> Client {
+    client_of(kube_config(path, server).await)
+}
+
+/// [`kube_client`] without kube's retries of 429, 503 and 504 (up to 15,
+/// minutes in all), as the operator calls kplug: for a test of what one
+/// request is answered.
+pub async fn kube_client_without_retries(path: &Path, server: Option<&str>) -> Client {
+    let mut config = kube_config(path, server).await;
+    config.default_retry = false;
+    client_of(config)
+}
+
+async fn kube_config(path: &Path, server: Option<&str>) -> Config {
     let mut kubeconfig = Kubeconfig::read_from(path)
         .unwrap_or_else(|e| panic!("cannot read the kubeconfig {}: {e}", path.display()));
     if let Some(server) = server {
@@ -31,8 +44,11 @@ pub async fn kube_client(path: &Path, server: Option<&str>) -> Client {
             }
         }
     }
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .unwrap_or_else(|e| panic!("kube config from {}: {e}", path.display()));
+        .unwrap_or_else(|e| panic!("kube config from {}: {e}", path.display()))
+}
+
+fn client_of(config: Config) -> Client {
     Client::try_from(config).unwrap_or_else(|e| panic!("kube client: {e}"))
 }

@@ -17,6 +17,7 @@ mod control_plane;
 mod credentials;
 mod curl;
 pub mod database_table;
+pub mod hostile;
 pub mod in_cluster;
 mod kplug;
 mod kube_client;
@@ -38,7 +39,7 @@ mod workspace;
 pub use control_plane::ControlPlane;
 pub use credentials::{client_cert, expired_token};
 pub use kplug::{AggregatedKplug, Installation};
-pub use kube_client::{kube_client, plugins_resource};
+pub use kube_client::{kube_client, kube_client_without_retries, plugins_resource};
 pub use kubectl::{KUBECTL, kubectls};
 pub use plugin_certs::{
     GREETING, PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls,

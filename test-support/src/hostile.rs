@@ -1,0 +1,280 @@
+//! A hostile plugin, for the tests that show kplug contains one: a gRPC
+//! plugin server whose answers misbehave on demand ([`Mode`]), a listener
+//! that answers gRPC with garbage bytes, and a heartbeat flood.
+//!
+//! It is a fake on purpose: the SDKs cannot misbehave on demand. Everything
+//! else is real: it heartbeats into kplug's registry over gRPC as an SDK
+//! does, and kplug calls it over the network.
+//!
+//! Its servers run on a runtime of their own, stopped with the value that
+//! started them; the tests themselves stay synchronous, as the rest of this
+//! crate is.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kplug_proto::v1alpha1::plugin_server::{Plugin, PluginServer};
+use kplug_proto::v1alpha1::registry_client::RegistryClient;
+use kplug_proto::v1alpha1::{HeartbeatRequest, ReconcileRequest, ReconcileResponse};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tonic::{Request, Response, Status};
+
+use crate::registry::heartbeat_request;
+
+/// How the hostile plugin answers a reconcile.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// With this answer, at once.
+    Answer(ReconcileResponse),
+    /// With an object status (a JSON object) of this many bytes.
+    Huge(usize),
+    /// Never: the call stays open until kplug gives up on it.
+    Silent,
+    /// A success after this long, whatever deadline kplug sent.
+    Late(Duration),
+}
+
+/// `{"filler":"xxx…"}` of exactly `bytes` bytes (at least 14).
+pub fn json_of(bytes: usize) -> Vec<u8> {
+    let mut json = b"{\"filler\":\"".to_vec();
+    json.resize(bytes.saturating_sub(2).max(json.len()), b'x');
+    json.extend_from_slice(b"\"}");
+    json
+}
+
+/// `levels` objects nested in each other: `{"a":{"a":…{}}}`.
+pub fn nested_json(levels: usize) -> Vec<u8> {
+    let levels = levels.max(1);
+    let mut json = "{\"a\":".repeat(levels - 1).into_bytes();
+    json.extend_from_slice(b"{}");
+    json.extend(std::iter::repeat_n(b'}', levels - 1));
+    json
+}
+
+/// The mode, switched by the test while the server runs.
+type Shared = Arc<Mutex<Mode>>;
+
+fn current(mode: &Shared) -> Mode {
+    mode.lock().expect("the hostile plugin's mode").clone()
+}
+
+struct Service {
+    mode: Shared,
+    calls: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl Plugin for Service {
+    async fn reconcile(
+        &self,
+        _request: Request<ReconcileRequest>,
+    ) -> Result<Response<ReconcileResponse>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let answer = match current(&self.mode) {
+            Mode::Answer(answer) => answer,
+            Mode::Huge(bytes) => ReconcileResponse {
+                success: true,
+                object_status: json_of(bytes),
+                ..ReconcileResponse::default()
+            },
+            Mode::Silent => std::future::pending().await,
+            Mode::Late(delay) => {
+                tokio::time::sleep(delay).await;
+                ReconcileResponse {
+                    success: true,
+                    ..ReconcileResponse::default()
+                }
+            }
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn finalize(
+        &self,
+        request: Request<ReconcileRequest>,
+    ) -> Result<Response<ReconcileResponse>, Status> {
+        self.reconcile(request).await
+    }
+}
+
+/// What a heartbeat flood got back from kplug.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flood {
+    pub sent: usize,
+    pub accepted: usize,
+    /// Answered, but not accepted (a refusal with a reason).
+    pub refused: usize,
+    /// Failed at the gRPC layer (any status code).
+    pub failed: usize,
+    pub elapsed: Duration,
+}
+
+/// A listener on a free loopback port, and its address.
+fn bind(runtime: &Runtime) -> (TcpListener, String) {
+    let listener = runtime
+        .block_on(TcpListener::bind("127.0.0.1:0"))
+        .expect("bind a loopback port");
+    let address = listener
+        .local_addr()
+        .expect("a bound listener's address")
+        .to_string();
+    (listener, address)
+}
+
+/// The hostile plugin's runtime, servers and heartbeats; all stop on drop.
+pub struct Hostile {
+    runtime: Runtime,
+    mode: Shared,
+    calls: Arc<AtomicUsize>,
+    /// Where its gRPC server listens.
+    pub address: String,
+}
+
+impl Hostile {
+    /// Starts the plugin server, answering as `mode` says.
+    pub fn start(mode: Mode) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the hostile plugin");
+        let mode = Arc::new(Mutex::new(mode));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (listener, address) = bind(&runtime);
+        let service = Service {
+            mode: mode.clone(),
+            calls: calls.clone(),
+        };
+        // Served by axum, not tonic's transport server: that one would
+        // answer DEADLINE_EXCEEDED at the deadline kplug sends, and this
+        // plugin ignores deadlines. No limit on what it sends either.
+        let router = tonic::service::Routes::new(
+            PluginServer::new(service).max_encoding_message_size(usize::MAX),
+        )
+        .into_axum_router();
+        let server = async move {
+            let _ = axum::serve(listener, router).await;
+        };
+        runtime.spawn(server);
+        Self {
+            runtime,
+            mode,
+            calls,
+            address,
+        }
+    }
+
+    /// From now on, answers as `mode` says.
+    pub fn set(&self, mode: Mode) {
+        *self.mode.lock().expect("the hostile plugin's mode") = mode;
+    }
+
+    /// Reconcile and Finalize calls received so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Runs `future` on the plugin's runtime.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Heartbeats to kplug's registry at `registry` (`http://HOST:PORT`)
+    /// every second as plugin `name` at `address`, as an SDK does, until
+    /// this value is dropped.
+    pub fn heartbeat(&self, registry: &str, name: &str, address: &str) {
+        let request = heartbeat_request(name, "", address, Duration::from_secs(1));
+        let registry = registry.to_owned();
+        self.runtime.spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                ticks.tick().await;
+                // A failed heartbeat is retried at the next tick, as the
+                // SDKs do; the test waits for the plugin to be Ready.
+                if let Ok(mut client) = RegistryClient::connect(registry.clone()).await {
+                    let _ = client.heartbeat(request.clone()).await;
+                }
+            }
+        });
+    }
+
+    /// Listens on loopback and answers every connection with garbage
+    /// bytes (at most `limit` per connection, then closes it); returns its
+    /// address, to be declared as a plugin's.
+    pub fn garbage(&self, limit: usize) -> String {
+        let (listener, address) = bind(&self.runtime);
+        self.runtime.spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    // Not an HTTP/2 preface nor a frame: bytes of a cheap
+                    // generator, the same on every connection.
+                    let chunk: Vec<u8> = (0u32..4096)
+                        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                        .collect();
+                    let mut written = 0;
+                    while written < limit && stream.write_all(&chunk).await.is_ok() {
+                        written += chunk.len();
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    /// Sends `request` to kplug's registry at `registry` at about `rate` a
+    /// second for `duration`, over one connection with `concurrency` calls
+    /// in flight at most, and counts kplug's answers.
+    pub fn flood(
+        &self,
+        registry: &str,
+        request: HeartbeatRequest,
+        rate: u32,
+        duration: Duration,
+        concurrency: usize,
+    ) -> Flood {
+        self.runtime.block_on(async move {
+            let client = RegistryClient::connect(registry.to_owned())
+                .await
+                .expect("connect to kplug's registry");
+            let started = Instant::now();
+            let deadline = started + duration;
+            let workers = concurrency.max(1);
+            // Each worker sends at rate / workers, so together they send at rate.
+            let period = Duration::from_secs_f64(workers as f64 / f64::from(rate.max(1)));
+            let tasks: Vec<_> = (0..workers)
+                .map(|_| {
+                    let mut client = client.clone();
+                    let request = request.clone();
+                    tokio::spawn(async move {
+                        let mut counts = Flood::default();
+                        let mut ticks = tokio::time::interval(period);
+                        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        while Instant::now() < deadline {
+                            ticks.tick().await;
+                            counts.sent += 1;
+                            match client.heartbeat(request.clone()).await {
+                                Ok(reply) if reply.get_ref().accepted => counts.accepted += 1,
+                                Ok(_) => counts.refused += 1,
+                                Err(_) => counts.failed += 1,
+                            }
+                        }
+                        counts
+                    })
+                })
+                .collect();
+            let mut total = Flood::default();
+            for task in tasks {
+                let counts = task.await.expect("a flood worker");
+                total.sent += counts.sent;
+                total.accepted += counts.accepted;
+                total.refused += counts.refused;
+                total.failed += counts.failed;
+            }
+            total.elapsed = started.elapsed();
+            total
+        })
+    }
+}
