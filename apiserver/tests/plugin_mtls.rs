@@ -144,7 +144,7 @@ fn kplug_calls_plugins_over_mutual_tls_and_follows_rotations() {
     assert!(
         error.contains("ServiceUnavailable")
             && error.contains("TLS with plugin hello-misnamed")
-            && error.contains("not valid for name"),
+            && error.contains("not \"127.0.0.1\""),
         "{error}"
     );
 

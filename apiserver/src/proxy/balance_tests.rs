@@ -228,7 +228,10 @@ async fn failures_name_the_instance_and_say_what_happened_in_words() {
     let cut = raw(Raw::Cut).await;
     let down = plugin(Answer::Unavailable).await;
     let cases = [
-        (closed.as_str(), "refused the connection (nothing listens there)"),
+        (
+            closed.as_str(),
+            "refused the connection (nothing listens there)",
+        ),
         (&cut.address, "closed the connection during the call"),
         (&down.address, "answered UNAVAILABLE: the database is down"),
     ];
@@ -243,5 +246,34 @@ async fn failures_name_the_instance_and_say_what_happened_in_words() {
         registry
             .delete("spread", &Default::default())
             .expect("deleted");
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_that_never_answers_is_past_its_deadline_whichever_timer_fires_first() {
+    let registry = Registry::new(RegistryConfig::default());
+    let proxy = Proxy::new(ProxyConfig::default());
+    let silent = plugin(Answer::Held).await;
+    let plugin = registered(&registry, &[&silent.address]);
+    // kplug's timer and tonic's own for the grpc-timeout race each time.
+    for _ in 0..20 {
+        let error = proxy
+            .call(
+                &plugin,
+                Operation::Reconcile,
+                ReconcileRequest::default(),
+                Duration::from_millis(20),
+                &TraceParent::new_root(),
+            )
+            .await
+            .expect_err("never answers");
+        assert!(
+            matches!(error, ProxyError::DeadlineExceeded { .. }),
+            "{error}"
+        );
+        assert!(
+            error.to_string().ends_with("did not answer within 20ms"),
+            "{error}"
+        );
     }
 }

@@ -53,6 +53,14 @@ pub(super) fn classify(
     if let Some(detail) = tls::failure(&status) {
         return ProxyError::Tls { target, detail };
     }
+    // tonic's own timer for the grpc-timeout kplug sends can fire before
+    // kplug's: it cancels the call with TimeoutExpired as the cause.
+    if sources(&status).any(|e| e.is::<tonic::TimeoutExpired>()) {
+        return ProxyError::DeadlineExceeded {
+            target,
+            timeout: timeouts.call,
+        };
+    }
     match status.code() {
         tonic::Code::DeadlineExceeded => ProxyError::DeadlineExceeded {
             target,

@@ -22,8 +22,8 @@ mod failure;
 mod metrics;
 mod tls;
 use balance::{Chosen, undelivered};
-use failure::{Timeouts, classify};
 pub use failure::Target;
+use failure::{Timeouts, classify};
 pub use metrics::ProxyMetrics;
 pub use tls::{PluginTls, PluginTlsError, PluginTlsFiles, PluginTlsSource};
 

@@ -325,6 +325,18 @@ pub(super) fn endpoint(
     })
 }
 
+/// A name as rustls presents it (`DnsName("a.b")`), as people write it.
+fn subject_name(presented: &str) -> &str {
+    let unwrap = |prefix: &str, suffix: &str| {
+        presented
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+    };
+    unwrap("DnsName(\"", "\")")
+        .or_else(|| unwrap("IpAddress(", ")"))
+        .unwrap_or(presented)
+}
+
 /// The TLS failure behind a failed call, worded for whoever fixes it; `None`
 /// when the call failed for another reason.
 pub(super) fn failure(status: &tonic::Status) -> Option<String> {
@@ -354,6 +366,23 @@ pub(super) fn failure(status: &tonic::Status) -> Option<String> {
 
 fn describe(error: &rustls::Error) -> String {
     match error {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
+            expected,
+            presented,
+        }) => {
+            let names: Vec<&str> = presented.iter().map(|n| subject_name(n)).collect();
+            format!(
+                "the certificate there is for {}, not {:?}: either another plugin answers at \
+                 that address (reused by another pod, or a wrong --advertise), or this plugin's \
+                 certificate does not name it",
+                if names.is_empty() {
+                    "no name".to_owned()
+                } else {
+                    names.join(", ")
+                },
+                expected.to_str()
+            )
+        }
         rustls::Error::InvalidCertificate(_) => format!(
             "kplug does not accept the plugin's serving certificate: {error} (it must be signed \
              by a CA in --plugin-ca-file, for the plugin's declared server name or else the \

@@ -194,7 +194,7 @@ async fn tls_failures_are_typed_and_say_what_to_fix() {
     let wrong = registered(&registry, "wrong", &plugin.address, "other.test");
     let error = call(&proxy, &wrong, "x").await.expect_err("another name");
     assert!(
-        matches!(&error, ProxyError::Tls { detail, .. } if detail.contains("not valid for name")),
+        matches!(&error, ProxyError::Tls { detail, .. } if detail.contains("the certificate there is for plugin.test, 127.0.0.1, not \"other.test\"")),
         "{error}"
     );
 
