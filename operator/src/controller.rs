@@ -213,7 +213,10 @@ pub async fn run(
                 Err(controller::Error::ObjectNotFound(object)) => {
                     debug!(%object, "gone before its reconcile")
                 }
-                Err(error) => warn!(%error, "controller"),
+                Err(error) => {
+                    let error = crate::words::controller_error(&error);
+                    warn!(%error, "controller");
+                }
             }
         })
         .await;

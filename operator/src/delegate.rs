@@ -77,7 +77,7 @@ pub enum DelegateError {
         message: String,
     },
     /// The request did not get an HTTP answer.
-    #[error("calling kplug: {0}")]
+    #[error("calling kplug: {}", crate::words::kube_error(.0))]
     Transport(#[from] kube::Error),
     /// The answer was not a Reconcile or a Status.
     #[error("kplug's answer could not be decoded: {0}")]
@@ -96,6 +96,18 @@ impl DelegateError {
             Self::Timeout(_) => "PluginTimeout",
             Self::Rejected(_) => "ReconcileRejected",
             Self::Failed { .. } | Self::Transport(_) | Self::Decode(_) => "DelegationFailed",
+        }
+    }
+
+    /// What the operator does next, as the end of the message that reports
+    /// the failure.
+    pub fn next_step(&self) -> &'static str {
+        match self {
+            Self::Unavailable { .. } => {
+                "retrying with backoff, or sooner when a plugin turns Ready"
+            }
+            Self::Unreachable(_) => "retrying as soon as kplug answers again",
+            _ => crate::status::RETRYING,
         }
     }
 

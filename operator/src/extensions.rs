@@ -76,7 +76,7 @@ pub enum ExtensionError {
     NotFound { reference: ExtensionRef },
     #[error("the object does not have the expected form: {0}")]
     InvalidObject(String),
-    #[error("{reference}: reading it failed: {source}")]
+    #[error("{reference}: reading it failed: {}", crate::words::kube_error(source))]
     Read {
         reference: ExtensionRef,
         #[source]

@@ -35,6 +35,7 @@ pub mod path;
 mod reconciler;
 pub mod status;
 pub mod trace;
+mod words;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -85,7 +86,7 @@ pub enum Error {
         "{0} has no status subresource: the operator writes status through it (add `subresources: {{status: {{}}}}` to its CRD version)"
     )]
     NoStatusSubresource(String),
-    #[error("the Kubernetes client: {0}")]
+    #[error("the Kubernetes client: {}", crate::words::kube_error(.0))]
     Client(#[from] kube::Error),
     #[error("leader election: {0}")]
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),

@@ -28,13 +28,13 @@ use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
 use crate::extensions::{ExtensionError, Resolver};
 use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
-use crate::status::Outcome;
+use crate::status::{Outcome, RETRYING, reporter};
 
 /// Why a reconcile ended early; each carries when to try again.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// Writing to the API failed (status, Events are best effort).
-    #[error("writing {what}: {source}")]
+    #[error("writing {what}: {}", crate::words::kube_error(source))]
     Write {
         what: String,
         #[source]
@@ -43,16 +43,21 @@ pub enum ReconcileError {
     /// The object cannot be finalized yet; its conditions say why.
     #[error("not finalized yet: {0}")]
     NotFinalized(String, Duration),
-    /// The finalizer could not be added or removed.
-    #[error(transparent)]
-    Finalizer(#[from] Box<finalizer::Error<ReconcileError>>),
+    /// The finalizer `name` could not be added or removed, or the reconcile
+    /// inside the finalizer helper failed.
+    #[error("{}", crate::words::finalizer_error(name, source))]
+    Finalizer {
+        name: String,
+        #[source]
+        source: Box<finalizer::Error<ReconcileError>>,
+    },
 }
 
 impl ReconcileError {
     fn retry_in(&self) -> Option<Duration> {
         match self {
             Self::NotFinalized(_, retry_in) => Some(*retry_in),
-            Self::Write { .. } | Self::Finalizer(_) => None,
+            Self::Write { .. } | Self::Finalizer { .. } => None,
         }
     }
 }
@@ -291,7 +296,8 @@ impl Context {
         let extensions = match self.extensions(object, false).await {
             Ok(extensions) => extensions,
             Err(error) => {
-                self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
+                let message = format!("{error}; {RETRYING}");
+                self.not_delegated(api, object, error.reason(), message, "Reconcile")
                     .await?;
                 return Ok((Action::requeue(self.backoff(object)), Error));
             }
@@ -304,7 +310,8 @@ impl Context {
             }
             Err(error) => {
                 let delay = self.retry_delay(object, &error);
-                self.not_delegated(api, object, error.reason(), error.to_string(), "Reconcile")
+                let message = format!("{error}; {}", error.next_step());
+                self.not_delegated(api, object, error.reason(), message, "Reconcile")
                     .await?;
                 return Ok((Action::requeue(delay), Error));
             }
@@ -339,6 +346,10 @@ impl Context {
         } else {
             (asked.unwrap_or_default().max(self.backoff(object)), Error)
         };
+        if !answer.success {
+            let (reason, message) = crate::status::failure(&answer);
+            warn!(object = %key, reason, %message, operation_id = %answer.operation_id, "the plugin reported a failure");
+        }
         info!(
             object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,
             selection = ?answer.selection.reason, success = answer.success, wrote,
@@ -363,13 +374,13 @@ impl Context {
             return Ok(Action::await_change());
         };
         let waiting_note = format!(
-            " (the finalizer {} stays until a {bound} plugin finalizes the object)",
+            "; the finalizer {} stays until a {bound} plugin finalizes the object",
             self.options.finalizer
         );
         let extensions = match self.extensions(object, true).await {
             Ok(extensions) => extensions,
             Err(error) => {
-                let message = format!("{error}{waiting_note}");
+                let message = format!("{error}; {RETRYING}{waiting_note}");
                 self.not_delegated(api, object, error.reason(), message.clone(), "Finalize")
                     .await?;
                 return Err(ReconcileError::NotFinalized(message, self.backoff(object)));
@@ -390,8 +401,9 @@ impl Context {
                 let why = answer.results.iter().find(|r| r.severity != "Normal");
                 let reason = why.map_or("FinalizeFailed", |r| r.reason.as_str());
                 let message = format!(
-                    "{}{waiting_note}",
-                    why.map_or("the plugin could not finalize", |r| &r.message)
+                    "{} (reported by {}); {RETRYING}{waiting_note}",
+                    why.map_or("the plugin could not finalize", |r| &r.message),
+                    reporter(&answer.plugin)
                 );
                 self.not_delegated(api, object, reason, message.clone(), "Finalize")
                     .await?;
@@ -399,7 +411,7 @@ impl Context {
             }
             Err(error) => {
                 let delay = self.retry_delay(object, &error);
-                let message = format!("{error}{waiting_note}");
+                let message = format!("{error}; {}{waiting_note}", error.next_step());
                 self.not_delegated(api, object, error.reason(), message.clone(), "Finalize")
                     .await?;
                 Err(ReconcileError::NotFinalized(message, delay))
@@ -452,7 +464,10 @@ pub async fn reconcile(
     )
     .instrument(span)
     .await
-    .map_err(|e| ReconcileError::Finalizer(Box::new(e)));
+    .map_err(|e| ReconcileError::Finalizer {
+        name: ctx.options.finalizer.clone(),
+        source: Box::new(e),
+    });
     let ended = match outcome {
         Ok(_) => *result.lock(),
         Err(_) => ReconcileResult::Error,
@@ -468,7 +483,7 @@ pub fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     let delay = match error {
-        ReconcileError::Finalizer(inner) => match inner.as_ref() {
+        ReconcileError::Finalizer { source, .. } => match source.as_ref() {
             finalizer::Error::CleanupFailed(e) | finalizer::Error::ApplyFailed(e) => e.retry_in(),
             _ => None,
         },

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kplug_api::v1alpha1::{ReconcileStatus, ResultCondition, SelectionReason};
+use kplug_api::v1alpha1::{PluginRef, ReconcileStatus, ResultCondition, SelectionReason};
 use serde_json::{Map, Value, json};
 
 /// Status fields the operator itself sets; a plugin's `objectStatus` cannot
@@ -28,6 +28,39 @@ pub const RESERVED_FIELDS: &[&str] = &[
 ];
 
 pub const READY: &str = "Ready";
+
+/// What the operator does after a failure it can only wait out, as the end
+/// of the message that reports it.
+pub const RETRYING: &str = "retrying with backoff";
+
+/// The reason and message of a failed answer, as its `Ready` condition,
+/// Event and log line give them: the first non-Normal result's, who
+/// reported it, and what the operator does next.
+pub fn failure(answer: &ReconcileStatus) -> (&str, String) {
+    let why = answer.results.iter().find(|r| r.severity != "Normal");
+    let reason = why.map_or("ReconcileFailed", |r| r.reason.as_str());
+    let message = why.map_or("the plugin reported a failure", |r| &r.message);
+    let message = format!(
+        "{message} (reported by {}); {RETRYING}",
+        reporter(&answer.plugin)
+    );
+    (reason, message)
+}
+
+/// The plugin that answered, as a message names it.
+pub fn reporter(plugin: &PluginRef) -> String {
+    let PluginRef {
+        name,
+        version,
+        implementation,
+    } = plugin;
+    match (implementation.is_empty(), version.is_empty()) {
+        (false, false) => format!("plugin {name} ({implementation} {version})"),
+        (false, true) => format!("plugin {name} ({implementation})"),
+        (true, false) => format!("plugin {name} ({version})"),
+        (true, true) => format!("plugin {name}"),
+    }
+}
 pub const SYNCED: &str = "Synced";
 
 /// The status fields, and the condition types, a field manager owns, read
@@ -123,10 +156,8 @@ fn conditions_of(outcome: &Outcome<'_>) -> Vec<ResultCondition> {
                     condition(READY, true, "Reconciled", message)
                 }
                 (false, _) => {
-                    let why = answer.results.iter().find(|r| r.severity != "Normal");
-                    let reason = why.map_or("ReconcileFailed", |r| r.reason.as_str());
-                    let message = why.map_or("the plugin reported a failure", |r| &r.message);
-                    condition(READY, false, reason, message)
+                    let (reason, message) = failure(answer);
+                    condition(READY, false, reason, &message)
                 }
             };
             let synced = from_plugin(SYNCED)

@@ -12,7 +12,7 @@ use tracing::warn;
 use super::{Context, ReconcileError};
 use crate::extensions::ExtensionRef;
 use crate::metrics::WriteTarget;
-use crate::status::{Desired, Outcome, Owned, needs_write};
+use crate::status::{Desired, Outcome, Owned, RETRYING, needs_write, reporter};
 
 impl Context {
     pub(super) async fn event(
@@ -35,6 +35,7 @@ impl Context {
         self.metrics
             .event(type_ == EventType::Normal, reason, published.is_ok());
         if let Err(error) = published {
+            let error = crate::words::kube_error(&error);
             warn!(%error, object = %self.object_ref(object), reason, "recording an Event failed");
         }
     }
@@ -161,12 +162,25 @@ impl Context {
         action: &str,
     ) {
         for result in &answer.results {
-            let type_ = if result.severity == "Normal" {
-                EventType::Normal
+            if result.severity == "Normal" {
+                self.event(
+                    object,
+                    EventType::Normal,
+                    &result.reason,
+                    &result.message,
+                    action,
+                )
+                .await;
+                continue;
+            }
+            // As the Ready condition words it: who said so, and what next.
+            let reporter = reporter(&answer.plugin);
+            let note = if answer.success {
+                format!("{} (reported by {reporter})", result.message)
             } else {
-                EventType::Warning
+                format!("{} (reported by {reporter}); {RETRYING}", result.message)
             };
-            self.event(object, type_, &result.reason, &result.message, action)
+            self.event(object, EventType::Warning, &result.reason, &note, action)
                 .await;
         }
         if answer.results.is_empty() && !answer.success {

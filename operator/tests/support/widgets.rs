@@ -3,6 +3,7 @@
 //! status subresource) and `gadgets` (without) in `test.kplug.io`, and
 //! hello plugins serving widgets.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -144,6 +145,11 @@ impl Widgets {
     /// `kplug-operator` for `resource` in the namespace `default`, as the
     /// admin, without leader election; add flags and where output goes.
     pub fn operator(&self, resource: &str) -> Command {
+        self.operator_as(resource, &self.cluster.kubeconfig())
+    }
+
+    /// As [`Widgets::operator`], as the identity in `kubeconfig`.
+    pub fn operator_as(&self, resource: &str, kubeconfig: &Path) -> Command {
         let mut command = Command::new(workspace_binary("kplug-operator"));
         command
             .args([
@@ -156,7 +162,7 @@ impl Widgets {
                 "127.0.0.1:0",
             ])
             .arg("--kubeconfig")
-            .arg(self.cluster.kubeconfig())
+            .arg(kubeconfig)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         command
@@ -165,8 +171,13 @@ impl Widgets {
     /// Runs `kplug-operator` for widgets with `extra` flags until dropped,
     /// once its controller has started.
     pub fn run_operator(&self, extra: &[&str]) -> (Process, Lines) {
+        self.run_operator_as(&self.cluster.kubeconfig(), extra)
+    }
+
+    /// As [`Widgets::run_operator`], as the identity in `kubeconfig`.
+    pub fn run_operator_as(&self, kubeconfig: &Path, extra: &[&str]) -> (Process, Lines) {
         let mut child = self
-            .operator("widgets.test.kplug.io")
+            .operator_as("widgets.test.kplug.io", kubeconfig)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
