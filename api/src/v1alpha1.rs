@@ -354,8 +354,12 @@ pub struct ReconcileStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PluginRef {
     pub name: String,
+    /// The release of the instance that answered.
     pub version: String,
     pub implementation: String,
+    /// The instance that answered (its pod's name, else its address).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance: String,
 }
 
 /// Why this plugin was chosen.

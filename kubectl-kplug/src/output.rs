@@ -101,6 +101,9 @@ pub fn outcome(subject: &Subject<'_>, status: &ReconcileStatus) -> String {
             plugin.name, plugin.implementation, plugin.version
         ),
     );
+    if !plugin.instance.is_empty() {
+        field(&mut out, "Instance", &plugin.instance);
+    }
     field(&mut out, "Selection", &selection_line(&status.selection));
     field(
         &mut out,
@@ -293,6 +296,7 @@ mod tests {
                 name: "database-table-postgresql-plugin".into(),
                 version: "0.1.0".into(),
                 implementation: "PostgreSQL".into(),
+                instance: "database-table-postgresql-plugin-5d8f7-abcde".into(),
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,
@@ -333,6 +337,7 @@ mod tests {
 databasetable.myorg.org/users reconciled (dry run: nothing was changed)
 Namespace:      default
 Plugin:         database-table-postgresql-plugin (implementation PostgreSQL, version 0.1.0)
+Instance:       database-table-postgresql-plugin-5d8f7-abcde
 Selection:      Fallback: no Ready plugin implements MariaDB; chose database-table-postgresql-plugin (PostgreSQL) by highest version, then name
 Success:        True
 Results:

@@ -53,13 +53,21 @@ pub fn reporter(plugin: &PluginRef) -> String {
         name,
         version,
         implementation,
+        instance,
     } = plugin;
-    match (implementation.is_empty(), version.is_empty()) {
-        (false, false) => format!("plugin {name} ({implementation} {version})"),
-        (false, true) => format!("plugin {name} ({implementation})"),
-        (true, false) => format!("plugin {name} ({version})"),
-        (true, true) => format!("plugin {name}"),
+    let mut text = format!("plugin {name}");
+    if !instance.is_empty() {
+        text.push_str(&format!(" instance {instance}"));
     }
+    let release = [implementation.as_str(), version.as_str()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if !release.is_empty() {
+        text.push_str(&format!(" ({release})"));
+    }
+    text
 }
 pub const SYNCED: &str = "Synced";
 

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use kplug_proto::trace::TraceParent;
-use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
+use kplug_proto::v1alpha1::ReconcileRequest;
 
 use super::*;
-use crate::proxy::ProxyConfig;
 use crate::proxy::testing::{
     Answer, Served as Instance, closed_address, declaration, listener, serve_plugin,
 };
+use crate::proxy::{Answered, ProxyConfig};
 use crate::registry::{Declaration, Registry, RegistryConfig};
 use crate::v1alpha1::Operation;
 
@@ -73,7 +73,7 @@ fn registered(registry: &Registry, addresses: &[&str]) -> Arc<Plugin> {
     registry.get("spread").expect("the plugin")
 }
 
-async fn call(proxy: &Proxy, plugin: &Plugin) -> Result<ReconcileResponse, ProxyError> {
+async fn call(proxy: &Proxy, plugin: &Plugin) -> Result<Answered, ProxyError> {
     proxy
         .call(
             plugin,

@@ -81,6 +81,17 @@ pub enum ProxyError {
     Tls { target: Target, detail: String },
 }
 
+/// A plugin's answer, and the instance that gave it.
+#[derive(Debug)]
+pub struct Answered {
+    pub response: ReconcileResponse,
+    /// The instance's name (its pod's, else its address).
+    pub instance: String,
+    /// The instance's release, which differs from the plugin's during a
+    /// rolling update.
+    pub version: String,
+}
+
 #[derive(Clone)]
 struct Upstream {
     client: PluginClient<Channel>,
@@ -205,7 +216,7 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
-    ) -> Result<ReconcileResponse, ProxyError> {
+    ) -> Result<Answered, ProxyError> {
         let started = Instant::now();
         let result = self
             .call_unmeasured(plugin, operation, request, timeout, trace)
@@ -215,7 +226,7 @@ impl Proxy {
             operation.as_str(),
             started.elapsed().as_secs_f64(),
             &result,
-            |answer| answer.success,
+            |answer| answer.response.success,
         );
         result
     }
@@ -229,7 +240,7 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
-    ) -> Result<ReconcileResponse, ProxyError> {
+    ) -> Result<Answered, ProxyError> {
         let deadline = Instant::now() + timeout;
         let name = plugin.name();
         let mut fallback = None;
@@ -280,7 +291,7 @@ impl Proxy {
         call: &Call<'_>,
         chosen: Chosen,
         request: ReconcileRequest,
-    ) -> Result<ReconcileResponse, (ProxyError, bool)> {
+    ) -> Result<Answered, (ProxyError, bool)> {
         let Call {
             name,
             instances,
@@ -329,10 +340,17 @@ impl Proxy {
             call: timeout,
             connect: self.config.connect_timeout,
         };
-        answer.map(tonic::Response::into_inner).map_err(|status| {
-            let delivered = !undelivered(&status);
-            (classify(target, operation, timeouts, status), delivered)
-        })
+        match answer {
+            Ok(response) => Ok(Answered {
+                response: response.into_inner(),
+                instance: target.instance,
+                version: instance.version.clone(),
+            }),
+            Err(status) => {
+                let delivered = !undelivered(&status);
+                Err((classify(target, operation, timeouts, status), delivered))
+            }
+        }
     }
 
     /// Drops channels of plugins that leave the registry, until the

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use jiff::Timestamp;
 use kplug_proto::trace::TraceParent;
-use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
+use kplug_proto::v1alpha1::ReconcileRequest;
 use tonic::transport::ServerTlsConfig;
 
 use super::*;
 use crate::proxy::testing::{Answer, HOLD, Served, declaration, serve_plugin};
-use crate::proxy::{Proxy, ProxyConfig};
+use crate::proxy::{Answered, Proxy, ProxyConfig};
 use crate::registry::{Declaration, Registry, RegistryConfig};
 use crate::server::pki::{CertificateAuthority, Pem};
 use crate::v1alpha1::{Operation, Plugin};
@@ -65,7 +65,7 @@ fn registered(registry: &Registry, name: &str, address: &str, server_name: &str)
     registry.get(name).expect("plugin")
 }
 
-async fn call(proxy: &Proxy, plugin: &Plugin, id: &str) -> Result<ReconcileResponse, ProxyError> {
+async fn call(proxy: &Proxy, plugin: &Plugin, id: &str) -> Result<Answered, ProxyError> {
     let request = ReconcileRequest {
         operation_id: id.to_owned(),
         ..ReconcileRequest::default()
@@ -152,7 +152,7 @@ async fn rotation_replaces_the_channel_and_calls_in_flight_finish_on_the_old_one
     let answer = call(&proxy, &target, "after")
         .await
         .expect("a call after rotation");
-    assert!(answer.success);
+    assert!(answer.response.success);
     let seen = plugin.seen.recv().await.expect("the new call arrives");
     assert!(
         seen == der(&new.cert),
@@ -165,7 +165,7 @@ async fn rotation_replaces_the_channel_and_calls_in_flight_finish_on_the_old_one
         .await
         .expect("the held call's task")
         .expect("the held call finishes on the old channel");
-    assert!(answer.success);
+    assert!(answer.response.success);
 }
 
 #[tokio::test]

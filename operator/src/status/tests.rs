@@ -15,6 +15,7 @@ fn answer(success: bool) -> ReconcileStatus {
             name: "pg".into(),
             version: "1.0.0".into(),
             implementation: "PostgreSQL".into(),
+            instance: "pg-0".into(),
         },
         selection: Selection {
             reason: SelectionReason::Fallback,
@@ -124,7 +125,7 @@ fn a_failure_is_ready_false_with_the_plugins_reason() {
     assert_eq!(ready["reason"], "UnknownColumnType");
     assert_eq!(
         ready["message"],
-        "column x: unknown type \"blob9\" (reported by plugin pg (PostgreSQL 1.0.0)); retrying with backoff"
+        "column x: unknown type \"blob9\" (reported by plugin pg instance pg-0 (PostgreSQL 1.0.0)); retrying with backoff"
     );
 }
 

@@ -290,6 +290,7 @@ fn reconcile_schema_follows_the_rust_types() {
                 name: "p".into(),
                 version: "1.0.0".into(),
                 implementation: "Impl".into(),
+                instance: "p-0".into(),
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::checks;
 use super::decode::{Object, Request};
 use crate::api::status::ApiError;
+use crate::proxy::Answered;
 use crate::v1alpha1::{
     API_VERSION, Plugin, PluginRef, Reconcile, ReconcileResult, ReconcileStatus, ResultCondition,
     Selection,
@@ -36,9 +37,14 @@ pub fn status(
     selection: Selection,
     operation_id: String,
     elapsed: Duration,
-    mut answer: proto::ReconcileResponse,
+    answered: Answered,
     extensions: &[Object<'_>],
 ) -> Result<ReconcileStatus, ApiError> {
+    let Answered {
+        response: mut answer,
+        instance,
+        version,
+    } = answered;
     let name = plugin.name();
     let statuses = checks::answer(&mut answer, extensions).map_err(|error| {
         tracing::warn!(plugin = name, %error, "the plugin's answer is refused");
@@ -47,8 +53,9 @@ pub fn status(
     Ok(ReconcileStatus {
         plugin: PluginRef {
             name: name.to_owned(),
-            version: plugin.spec.version.clone(),
+            version,
             implementation: plugin.spec.implementation.clone(),
+            instance,
         },
         selection,
         success: answer.success,
@@ -186,6 +193,7 @@ mod tests {
                 name: "hello".to_owned(),
                 version: "1.0.0".to_owned(),
                 implementation: "Hello \"quoted\"".to_owned(),
+                instance: "hello-7d4b9-x2p4q".to_owned(),
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,

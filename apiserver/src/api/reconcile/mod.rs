@@ -358,7 +358,14 @@ async fn delegate(
         span.in_scope(|| tracing::warn!(%error, "reconcile failed"));
         proxy_error(error)
     })?;
-    span.in_scope(|| tracing::debug!(success = answer.success, ?elapsed, "reconciled"));
+    span.in_scope(|| {
+        tracing::debug!(
+            success = answer.response.success,
+            instance = %answer.instance,
+            ?elapsed,
+            "reconciled"
+        )
+    });
     let status = answer::status(
         &plugin,
         selection,
