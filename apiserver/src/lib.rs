@@ -12,6 +12,7 @@ pub mod config;
 pub mod fuzzing;
 pub mod heartbeat;
 pub mod identity;
+mod kube_words;
 pub mod proxy;
 pub mod registry;
 pub mod server;

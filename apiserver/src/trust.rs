@@ -47,7 +47,10 @@ pub enum TrustError {
     },
     #[error("the trust bundle {path} holds no PEM certificate")]
     NoCertificate { path: PathBuf },
-    #[error("applying ConfigMap {namespace}/{CONFIG_MAP}: {source}")]
+    #[error(
+        "applying ConfigMap {namespace}/{CONFIG_MAP}: {}",
+        crate::kube_words::kube_error(source)
+    )]
     Apply {
         namespace: String,
         source: kube::Error,

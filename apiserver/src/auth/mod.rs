@@ -32,13 +32,13 @@ pub enum AuthError {
     #[error("{0}")]
     Unauthenticated(String),
     /// A bearer token could not be reviewed: the caller stays unknown.
-    #[error("Unauthorized: the token could not be reviewed: {0}")]
+    #[error("Unauthorized: the token could not be reviewed: {}", crate::kube_words::kube_error(.0))]
     TokenReview(#[source] kube::Error),
     /// The caller may not do this (`403 Forbidden`).
     #[error("{0}")]
     Forbidden(String),
     /// kube-apiserver could not be asked: a failure of ours, not a denial.
-    #[error("authorization check failed: {0}")]
+    #[error("authorization check failed: {}", crate::kube_words::kube_error(.0))]
     AccessReview(#[source] kube::Error),
 }
 

@@ -74,12 +74,20 @@ fn registered(registry: &Registry, addresses: &[&str]) -> Arc<Plugin> {
 }
 
 async fn call(proxy: &Proxy, plugin: &Plugin) -> Result<Answered, ProxyError> {
+    call_within(proxy, plugin, Duration::from_secs(5)).await
+}
+
+async fn call_within(
+    proxy: &Proxy,
+    plugin: &Plugin,
+    timeout: Duration,
+) -> Result<Answered, ProxyError> {
     proxy
         .call(
             plugin,
             Operation::Reconcile,
             ReconcileRequest::default(),
-            Duration::from_secs(5),
+            timeout,
             &TraceParent::new_root(),
         )
         .await
@@ -257,14 +265,7 @@ async fn a_plugin_that_never_answers_is_past_its_deadline_whichever_timer_fires_
     let plugin = registered(&registry, &[&silent.address]);
     // kplug's timer and tonic's own for the grpc-timeout race each time.
     for _ in 0..20 {
-        let error = proxy
-            .call(
-                &plugin,
-                Operation::Reconcile,
-                ReconcileRequest::default(),
-                Duration::from_millis(20),
-                &TraceParent::new_root(),
-            )
+        let error = call_within(&proxy, &plugin, Duration::from_millis(20))
             .await
             .expect_err("never answers");
         assert!(
