@@ -20,6 +20,7 @@ use kplug_proto::v1alpha1::{HeartbeatRequest, ReconcileRequest, ReconcileRespons
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::registry::heartbeat_request;
@@ -97,6 +98,36 @@ impl Plugin for Service {
         request: Request<ReconcileRequest>,
     ) -> Result<Response<ReconcileResponse>, Status> {
         self.reconcile(request).await
+    }
+}
+
+/// Where and as whom the hostile plugin heartbeats.
+pub struct Registration {
+    /// `http://HOST:PORT`, or `https://localhost:PORT` with `tls`.
+    pub registry: String,
+    /// kplug's CA (PEM), which signed its gRPC certificate for `localhost`,
+    /// and a ServiceAccount token sent as `authorization: Bearer`.
+    pub tls: Option<(Vec<u8>, String)>,
+    pub request: HeartbeatRequest,
+}
+
+impl Registration {
+    async fn send(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut endpoint = Endpoint::from_shared(self.registry.clone())?;
+        let mut request = Request::new(self.request.clone());
+        if let Some((ca, token)) = &self.tls {
+            endpoint = endpoint.tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(ca))
+                    .domain_name("localhost"),
+            )?;
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse()?);
+        }
+        let mut client = RegistryClient::new(endpoint.connect().await?);
+        client.heartbeat(request).await?;
+        Ok(())
     }
 }
 
@@ -186,17 +217,23 @@ impl Hostile {
     /// every second as plugin `name` at `address`, as an SDK does, until
     /// this value is dropped.
     pub fn heartbeat(&self, registry: &str, name: &str, address: &str) {
-        let request = heartbeat_request(name, "", address, Duration::from_secs(1));
-        let registry = registry.to_owned();
+        self.heartbeat_as(Registration {
+            registry: registry.to_owned(),
+            tls: None,
+            request: heartbeat_request(name, "", address, Duration::from_secs(1)),
+        });
+    }
+
+    /// Sends `registration`'s heartbeat every second until this value is
+    /// dropped.
+    pub fn heartbeat_as(&self, registration: Registration) {
         self.runtime.spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_secs(1));
             loop {
                 ticks.tick().await;
                 // A failed heartbeat is retried at the next tick, as the
                 // SDKs do; the test waits for the plugin to be Ready.
-                if let Ok(mut client) = RegistryClient::connect(registry.clone()).await {
-                    let _ = client.heartbeat(request.clone()).await;
-                }
+                let _ = registration.send().await;
             }
         });
     }
