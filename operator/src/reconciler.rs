@@ -348,7 +348,10 @@ impl Context {
         };
         if !answer.success {
             let (reason, message) = crate::status::failure(&answer);
-            warn!(object = %key, reason, %message, operation_id = %answer.operation_id, "the plugin reported a failure");
+            warn!(
+                object = %key, reason, %message, instance = %answer.plugin.instance,
+                operation_id = %answer.operation_id, "the plugin reported a failure"
+            );
         }
         info!(
             object = %key, plugin = %answer.plugin.name, implementation = %answer.plugin.implementation,

@@ -47,27 +47,23 @@ pub fn failure(answer: &ReconcileStatus) -> (&str, String) {
     (reason, message)
 }
 
-/// The plugin that answered, as a message names it.
+/// The plugin that answered, as a message names it. Not the instance: a
+/// plugin's own failure is the same on each of its instances, and naming
+/// the one that answered would change the message, and so write the status
+/// and record an Event, each time another instance answers.
 pub fn reporter(plugin: &PluginRef) -> String {
     let PluginRef {
         name,
         version,
         implementation,
-        instance,
+        instance: _,
     } = plugin;
-    let mut text = format!("plugin {name}");
-    if !instance.is_empty() {
-        text.push_str(&format!(" instance {instance}"));
+    match (implementation.is_empty(), version.is_empty()) {
+        (false, false) => format!("plugin {name} ({implementation} {version})"),
+        (false, true) => format!("plugin {name} ({implementation})"),
+        (true, false) => format!("plugin {name} ({version})"),
+        (true, true) => format!("plugin {name}"),
     }
-    let release = [implementation.as_str(), version.as_str()]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    if !release.is_empty() {
-        text.push_str(&format!(" ({release})"));
-    }
-    text
 }
 pub const SYNCED: &str = "Synced";
 
@@ -254,7 +250,12 @@ impl Desired<'_> {
                     }
                     (ObjectStatusLayout::Merged, _) | (ObjectStatusLayout::Under(_), None) => {}
                 }
-                status.insert("plugin".into(), json!(answer.plugin));
+                // Without the instance, for the reason `reporter` gives.
+                let plugin = PluginRef {
+                    instance: String::new(),
+                    ..answer.plugin.clone()
+                };
+                status.insert("plugin".into(), json!(plugin));
                 // `selection` says why the object is bound where it is: a
                 // call that only followed the binding keeps that reason.
                 let followed_binding =

@@ -404,10 +404,11 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
     standby_log.wait_for(Duration::from_secs(30), "op-b reconciled broken", |l| {
         l.contains(RECONCILED) && l.contains("/broken.")
     });
+    let after = world.table("default", "broken");
     assert_eq!(
-        world.table("default", "broken")["metadata"]["resourceVersion"],
-        settled["metadata"]["resourceVersion"],
-        "no duplicate write after the failover"
+        after["metadata"]["resourceVersion"], settled["metadata"]["resourceVersion"],
+        "no duplicate write after the failover: the status was {:#}, then {:#}",
+        settled["status"], after["status"]
     );
     world.cluster.apply(&table_yaml(
         "accounts",

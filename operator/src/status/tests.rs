@@ -99,6 +99,10 @@ fn an_answer_writes_binding_plugin_selection_conditions_and_object_status() {
     let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(&answer(true)));
     assert_eq!(status["implementation"], "PostgreSQL");
     assert_eq!(status["plugin"]["name"], "pg");
+    assert!(
+        status["plugin"].get("instance").is_none(),
+        "another instance answering must not rewrite the status"
+    );
     assert_eq!(status["selection"]["reason"], "Fallback");
     assert_eq!(status["observedGeneration"], 3);
     assert_eq!(status["columns"], 2);
@@ -125,7 +129,7 @@ fn a_failure_is_ready_false_with_the_plugins_reason() {
     assert_eq!(ready["reason"], "UnknownColumnType");
     assert_eq!(
         ready["message"],
-        "column x: unknown type \"blob9\" (reported by plugin pg instance pg-0 (PostgreSQL 1.0.0)); retrying with backoff"
+        "column x: unknown type \"blob9\" (reported by plugin pg (PostgreSQL 1.0.0)); retrying with backoff"
     );
 }
 
