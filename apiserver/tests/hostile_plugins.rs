@@ -9,11 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use kplug_apiserver::api::reconcile::{MAX_ITEMS, MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
+use kplug_apiserver::api::reconcile::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{
-    ExtensionKind, ExtensionStatus, ObjectReference, ReconcileResponse, Result as ResultItem,
-};
+use kplug_proto::v1alpha1::{ExtensionKind, ExtensionStatus, ObjectReference, ReconcileResponse};
 use kplug_test_support::hostile::{Hostile, Mode, json_of, nested_json};
 use kplug_test_support::measure::{Latencies, proc_status_kib, process_cpu_time};
 use kplug_test_support::report::ms;
@@ -254,11 +252,6 @@ fn statuses_that_cannot_be_written_are_refused_and_nothing_of_them_is_answered()
 
     let too_long = json_of(MAX_STATUS_BYTES + 1);
     let too_deep = nested_json(MAX_STATUS_DEPTH + 1);
-    let too_many = ReconcileResponse {
-        success: true,
-        results: vec![ResultItem::default(); MAX_ITEMS + 1],
-        ..ReconcileResponse::default()
-    };
     let cases: Vec<(&str, ReconcileResponse, String)> = vec![
         (
             "a status for an extension it was not sent",
@@ -289,14 +282,6 @@ fn statuses_that_cannot_be_written_are_refused_and_nothing_of_them_is_answered()
             format!(
                 "status.objectStatus: Too long: must have at most {MAX_STATUS_BYTES} bytes, found {}",
                 too_long.len()
-            ),
-        ),
-        (
-            "more results than the operator writes Events for",
-            too_many,
-            format!(
-                "status.results: Too many: {}: must have at most {MAX_ITEMS} items",
-                MAX_ITEMS + 1
             ),
         ),
     ];

@@ -5,10 +5,14 @@
 //! A status must be a JSON object (the `status` of a Kubernetes object is
 //! one), nested at most [`MAX_STATUS_DEPTH`] levels and at most
 //! [`MAX_STATUS_BYTES`] long; an extension status must name an extension
-//! the plugin was sent; results (one Event each, written by the operator)
-//! and conditions are at most [`MAX_ITEMS`] each. The caller gets one
-//! `500 InternalError` naming the plugin and the field, as kube-apiserver
-//! words a webhook's invalid answer, and nothing of the answer.
+//! the plugin was sent. The caller gets one `500 InternalError` naming the
+//! plugin and the field, as kube-apiserver words a webhook's invalid
+//! answer, and nothing of the answer.
+//!
+//! Results and conditions are not counted: a plugin may report one per
+//! change it made (the PostgreSQL plugin, one per column), and refusing the
+//! answer after the changes were made would lose them; the gRPC message
+//! limit bounds their number.
 
 use kplug_proto::v1alpha1 as proto;
 use serde::Deserialize;
@@ -27,10 +31,6 @@ pub const MAX_STATUS_BYTES: usize = 1536 << 10;
 /// operator read JSON with serde_json, which refuses more than 128 levels.
 /// 100 leaves room for those envelopes.
 pub const MAX_STATUS_DEPTH: usize = 100;
-
-/// The most results or conditions an answer may carry: the operator turns
-/// each result into an Event, so the count bounds its writes per reconcile.
-pub const MAX_ITEMS: usize = 64;
 
 /// What is wrong with a plugin's answer, worded like Kubernetes field errors.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,12 +55,6 @@ pub enum BadAnswer {
         bytes: usize,
         max: usize,
     },
-    #[error("{field}: Too many: {count}: must have at most {max} items")]
-    TooMany {
-        field: &'static str,
-        count: usize,
-        max: usize,
-    },
     #[error("{field}: Invalid value: {reference:?}: names no extension the plugin was sent")]
     NotSent { field: String, reference: String },
 }
@@ -76,8 +70,6 @@ pub fn answer(
     answer: &mut proto::ReconcileResponse,
     extensions: &[Object<'_>],
 ) -> Result<Statuses, BadAnswer> {
-    count("status.results", answer.results.len())?;
-    count("status.conditions", answer.conditions.len())?;
     let object = status("status.objectStatus", &answer.object_status)?;
     let reported = std::mem::take(&mut answer.extension_statuses);
     // Read only when needed: most answers carry no extension status.
@@ -106,18 +98,6 @@ pub fn answer(
         })
         .collect::<Result<_, BadAnswer>>()?;
     Ok(Statuses { object, extensions })
-}
-
-/// Checks that an answer carries at most [`MAX_ITEMS`] of `field`.
-fn count(field: &'static str, count: usize) -> Result<(), BadAnswer> {
-    if count > MAX_ITEMS {
-        return Err(BadAnswer::TooMany {
-            field,
-            count,
-            max: MAX_ITEMS,
-        });
-    }
-    Ok(())
 }
 
 /// The status at `field` (protobuf bytes of JSON), checked; `None` when the
@@ -341,17 +321,5 @@ mod tests {
         assert!(sent.check("f", &reference("ns", "x")).is_err());
         let nothing = SentExtensions::read(&[]);
         assert!(nothing.check("f", &reference("", "w")).is_err());
-    }
-
-    #[test]
-    fn results_and_conditions_are_counted() {
-        assert!(count("results", MAX_ITEMS).is_ok());
-        assert_eq!(
-            count("results", MAX_ITEMS + 1).map_err(|e| e.to_string()),
-            Err(format!(
-                "results: Too many: {}: must have at most {MAX_ITEMS} items",
-                MAX_ITEMS + 1
-            ))
-        );
     }
 }

@@ -29,7 +29,7 @@ use super::status::ApiError;
 use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
-pub use checks::{MAX_ITEMS, MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
+pub use checks::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use decode::{Object, Request, Spec};
 
 /// Query parameters of a create.
