@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
-use kplug_test_support::hostile::{Hostile, Mode};
+use kplug_test_support::hostile::{Hostile, Mode, Registration};
 use kplug_test_support::measure::{CpuSnapshot, Latencies};
 use kplug_test_support::report::{mib, ms, seconds};
-use kplug_test_support::{heartbeat_request, workspace_binary};
+use kplug_test_support::workspace_binary;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -116,18 +116,11 @@ async fn phase(
         Attack::Quiet => {}
         Attack::Flood => {
             let (hostile, stop, attacks) = (hostile.clone(), stop.clone(), attacks.clone());
-            let grpc = server.kplug.grpc.clone();
-            let request =
-                heartbeat_request("hostile", "", &hostile.address, Duration::from_secs(1));
+            let registration = Registration::plain(&server.kplug.grpc, "hostile", &hostile.address);
             flooder = Some(std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
-                    let flood = hostile.flood(
-                        &grpc,
-                        request.clone(),
-                        10_000,
-                        Duration::from_millis(500),
-                        64,
-                    );
+                    let flood =
+                        hostile.flood(&registration, 1, 10_000, Duration::from_millis(500), 64);
                     attacks.fetch_add(flood.sent, Ordering::SeqCst);
                 }
             }));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kplug_apiserver::api::reconcile::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{ExtensionKind, ExtensionStatus, ObjectReference, ReconcileResponse};
-use kplug_test_support::hostile::{Hostile, Mode, json_of, nested_json};
+use kplug_test_support::hostile::{Hostile, Mode, Registration, json_of, nested_json};
 use kplug_test_support::measure::{Latencies, proc_status_kib, process_cpu_time};
 use kplug_test_support::report::ms;
 use kplug_test_support::{
@@ -441,20 +441,11 @@ fn a_heartbeat_flood_is_absorbed_and_writes_nothing() {
     let written = version(&scene.plugin("hostile"));
     let before = scene.baseline(20);
     let cpu = process_cpu_time(scene.kplug.pid()).expect("kplug's CPU time");
-    let request = heartbeat_request(
-        "hostile",
-        "",
-        &scene.hostile.address,
-        Duration::from_secs(1),
-    );
+    let registration = Registration::plain(&scene.kplug.grpc, "hostile", &scene.hostile.address);
     let (during, flood) = scene.during(20, || {
-        scene.hostile.flood(
-            &scene.kplug.grpc,
-            request,
-            10_000,
-            Duration::from_secs(3),
-            64,
-        )
+        scene
+            .hostile
+            .flood(&registration, 1, 10_000, Duration::from_secs(3), 64)
     });
     let used = process_cpu_time(scene.kplug.pid()).expect("kplug's CPU time") - cpu;
     assert_eq!(flood.failed, 0, "every heartbeat was answered: {flood:?}");

@@ -35,14 +35,7 @@ fn an_answer_kplug_refuses_is_a_condition_and_an_event_and_nothing_else() {
         version: "v1".to_owned(),
     });
     request.implementation = "Hostile".to_owned();
-    hostile.heartbeat_as(Registration {
-        registry: format!("https://localhost:{}", world.kplug.grpc),
-        tls: Some((
-            std::fs::read(world.kplug.certs.join("ca.crt")).expect("kplug's CA"),
-            std::fs::read_to_string(&token).expect("the plugin's token"),
-        )),
-        request,
-    });
+    hostile.heartbeat_as(Registration::cluster(&world.kplug, &token, request));
     wait_plugin_ready(&world.cluster, PLUGIN);
 
     let (_operator, log) = world.run_operator(&[]);

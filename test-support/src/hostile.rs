@@ -10,6 +10,7 @@
 //! started them; the tests themselves stay synchronous, as the rest of this
 //! crate is.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,9 +21,10 @@ use kplug_proto::v1alpha1::{HeartbeatRequest, ReconcileRequest, ReconcileRespons
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
+use crate::kplug::AggregatedKplug;
 use crate::registry::heartbeat_request;
 
 /// How the hostile plugin answers a reconcile.
@@ -102,6 +104,7 @@ impl Plugin for Service {
 }
 
 /// Where and as whom the hostile plugin heartbeats.
+#[derive(Clone)]
 pub struct Registration {
     /// `http://HOST:PORT`, or `https://localhost:PORT` with `tls`.
     pub registry: String,
@@ -111,23 +114,80 @@ pub struct Registration {
     pub request: HeartbeatRequest,
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Registration {
-    async fn send(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// Plugin `name` at `address`, asking for a 1 s interval, to
+    /// `registry` (`http://HOST:PORT`) in plaintext, as standalone kplug
+    /// takes heartbeats.
+    pub fn plain(registry: &str, name: &str, address: &str) -> Self {
+        Self {
+            registry: registry.to_owned(),
+            tls: None,
+            request: heartbeat_request(name, "", address, Duration::from_secs(1)),
+        }
+    }
+
+    /// `request` to kplug in cluster mode, over TLS with the token in
+    /// `token_file`, as a plugin's SDK sends it.
+    pub fn cluster(kplug: &AggregatedKplug, token_file: &Path, request: HeartbeatRequest) -> Self {
+        let ca = kplug.certs.join("ca.crt");
+        Self {
+            registry: format!("https://localhost:{}", kplug.grpc),
+            tls: Some((
+                std::fs::read(&ca).unwrap_or_else(|e| panic!("read {}: {e}", ca.display())),
+                std::fs::read_to_string(token_file)
+                    .unwrap_or_else(|e| panic!("read {}: {e}", token_file.display())),
+            )),
+            request,
+        }
+    }
+
+    /// A client of kplug's registry, over TLS when `tls` is given.
+    async fn client(&self) -> Result<RegistryClient<Channel>, BoxError> {
         let mut endpoint = Endpoint::from_shared(self.registry.clone())?;
-        let mut request = Request::new(self.request.clone());
-        if let Some((ca, token)) = &self.tls {
+        if let Some((ca, _)) = &self.tls {
             endpoint = endpoint.tls_config(
                 ClientTlsConfig::new()
                     .ca_certificate(Certificate::from_pem(ca))
                     .domain_name("localhost"),
             )?;
+        }
+        Ok(RegistryClient::new(endpoint.connect().await?))
+    }
+
+    /// `heartbeat` as this registration sends it: with its token, if any.
+    fn request(&self, heartbeat: HeartbeatRequest) -> Result<Request<HeartbeatRequest>, BoxError> {
+        let mut request = Request::new(heartbeat);
+        if let Some((_, token)) = &self.tls {
             request
                 .metadata_mut()
                 .insert("authorization", format!("Bearer {token}").parse()?);
         }
-        let mut client = RegistryClient::new(endpoint.connect().await?);
-        client.heartbeat(request).await?;
+        Ok(request)
+    }
+
+    async fn send(&self) -> Result<(), BoxError> {
+        let mut client = self.client().await?;
+        client
+            .heartbeat(self.request(self.request.clone())?)
+            .await?;
         Ok(())
+    }
+
+    /// The `index`th heartbeat of a flood over `names` plugins: the
+    /// registration's own when `names` is 1, else plugin `NAME-K` serving
+    /// resource `rK` (K = `index` modulo `names`), each a new API.
+    fn nth(&self, index: usize, names: usize) -> HeartbeatRequest {
+        let mut heartbeat = self.request.clone();
+        if names > 1 {
+            let k = index % names;
+            heartbeat.name = format!("{}-{k}", heartbeat.name);
+            if let Some(api) = heartbeat.api.as_mut() {
+                api.resource = format!("r{k}");
+            }
+        }
+        heartbeat
     }
 }
 
@@ -217,11 +277,7 @@ impl Hostile {
     /// every second as plugin `name` at `address`, as an SDK does, until
     /// this value is dropped.
     pub fn heartbeat(&self, registry: &str, name: &str, address: &str) {
-        self.heartbeat_as(Registration {
-            registry: registry.to_owned(),
-            tls: None,
-            request: heartbeat_request(name, "", address, Duration::from_secs(1)),
-        });
+        self.heartbeat_as(Registration::plain(registry, name, address));
     }
 
     /// Sends `registration`'s heartbeat every second until this value is
@@ -261,19 +317,21 @@ impl Hostile {
         address
     }
 
-    /// Sends `request` to kplug's registry at `registry` at about `rate` a
-    /// second for `duration`, over one connection with `concurrency` calls
-    /// in flight at most, and counts kplug's answers.
+    /// Sends `registration`'s heartbeat, or heartbeats of `names` plugins
+    /// in turn ([`Registration`]'s `nth`), at about `rate` a second for
+    /// `duration`, over one connection with `concurrency` calls in flight
+    /// at most, and counts kplug's answers.
     pub fn flood(
         &self,
-        registry: &str,
-        request: HeartbeatRequest,
+        registration: &Registration,
+        names: usize,
         rate: u32,
         duration: Duration,
         concurrency: usize,
     ) -> Flood {
         self.runtime.block_on(async move {
-            let client = RegistryClient::connect(registry.to_owned())
+            let client = registration
+                .client()
                 .await
                 .expect("connect to kplug's registry");
             let started = Instant::now();
@@ -281,10 +339,12 @@ impl Hostile {
             let workers = concurrency.max(1);
             // Each worker sends at rate / workers, so together they send at rate.
             let period = Duration::from_secs_f64(workers as f64 / f64::from(rate.max(1)));
+            let registration = Arc::new(registration.clone());
+            let next = Arc::new(AtomicUsize::new(0));
             let tasks: Vec<_> = (0..workers)
                 .map(|_| {
-                    let mut client = client.clone();
-                    let request = request.clone();
+                    let (mut client, registration, next) =
+                        (client.clone(), registration.clone(), next.clone());
                     tokio::spawn(async move {
                         let mut counts = Flood::default();
                         let mut ticks = tokio::time::interval(period);
@@ -292,19 +352,28 @@ impl Hostile {
                         while Instant::now() < deadline {
                             ticks.tick().await;
                             counts.sent += 1;
-                            match client.heartbeat(request.clone()).await {
-                                Ok(reply) if reply.get_ref().accepted => counts.accepted += 1,
-                                Ok(_) => counts.refused += 1,
-                                Err(_) => counts.failed += 1,
+                            let index = next.fetch_add(1, Ordering::SeqCst);
+                            let answer = match registration.request(registration.nth(index, names))
+                            {
+                                Ok(request) => client.heartbeat(request).await.ok(),
+                                Err(_) => None,
+                            };
+                            match answer {
+                                Some(reply) if reply.get_ref().accepted => counts.accepted += 1,
+                                Some(_) => counts.refused += 1,
+                                None => counts.failed += 1,
                             }
                         }
                         counts
                     })
                 })
                 .collect();
-            let mut total = Flood::default();
+            let mut all = Vec::with_capacity(tasks.len());
             for task in tasks {
-                let counts = task.await.expect("a flood worker");
+                all.push(task.await.expect("a flood worker"));
+            }
+            let mut total = Flood::default();
+            for counts in all {
                 total.sent += counts.sent;
                 total.accepted += counts.accepted;
                 total.refused += counts.refused;
