@@ -167,12 +167,13 @@ impl Registration {
         Ok(request)
     }
 
-    async fn send(&self) -> Result<(), BoxError> {
+    /// Sends the heartbeat once: whether kplug accepted it.
+    async fn send(&self) -> Result<bool, BoxError> {
         let mut client = self.client().await?;
-        client
+        let reply = client
             .heartbeat(self.request(self.request.clone())?)
             .await?;
-        Ok(())
+        Ok(reply.get_ref().accepted)
     }
 
     /// The `index`th heartbeat of a flood over `names` plugins: the
@@ -278,6 +279,14 @@ impl Hostile {
     /// this value is dropped.
     pub fn heartbeat(&self, registry: &str, name: &str, address: &str) {
         self.heartbeat_as(Registration::plain(registry, name, address));
+    }
+
+    /// Sends `registration`'s heartbeat once: whether kplug accepted it,
+    /// or the gRPC error.
+    pub fn heartbeat_once(&self, registration: &Registration) -> Result<bool, String> {
+        self.runtime
+            .block_on(registration.send())
+            .map_err(|e| e.to_string())
     }
 
     /// Sends `registration`'s heartbeat every second until this value is

@@ -101,6 +101,11 @@ fn json_list(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, 
     }
 }
 
+/// The decision cache's key for `user` doing `attributes`.
+fn decision_key(user: &User, attributes: &Attributes) -> String {
+    serde_json::to_string(&(user, attributes)).unwrap_or_default()
+}
+
 fn sha256(token: &str) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
     let mut key = [0; 32];
@@ -395,21 +400,50 @@ impl Delegated {
         outcome.map_err(AuthError::Unauthenticated)
     }
 
-    /// Asks kube-apiserver (with a short cache) whether `user` may do `attributes`.
-    pub async fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), AuthError> {
-        if user
-            .groups
+    fn always_allowed(&self, user: &User) -> bool {
+        user.groups
             .iter()
             .any(|g| self.settings.always_allow_groups.contains(g))
-        {
-            return Ok(());
+    }
+
+    /// Asks kube-apiserver (with a short cache) whether `user` may do `attributes`.
+    pub async fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), AuthError> {
+        self.decide(user, attributes).await.0
+    }
+
+    /// As [`Delegated::authorize`], and whether a review was sent for it
+    /// (`false`: decided by group or from the cache).
+    pub async fn decide(
+        &self,
+        user: &User,
+        attributes: &Attributes,
+    ) -> (Result<(), AuthError>, bool) {
+        if let Some(known) = self.cached(user, attributes) {
+            return (known, false);
         }
-        let key = serde_json::to_string(&(user, attributes)).unwrap_or_default();
-        let cached = self.decisions.get(&key);
+        let key = decision_key(user, attributes);
+        (self.review(user, attributes, key).await, true)
+    }
+
+    /// The decision on `user` doing `attributes` that needs no review: by
+    /// group, or from the cache. `None`: only a review can say.
+    pub fn cached(&self, user: &User, attributes: &Attributes) -> Option<Result<(), AuthError>> {
+        if self.always_allowed(user) {
+            return Some(Ok(()));
+        }
+        let cached = self.decisions.get(&decision_key(user, attributes));
         self.metrics.lookup(Cache::Decision, cached.is_some());
-        if let Some(cached) = cached {
-            return cached.map_err(AuthError::Forbidden);
-        }
+        cached.map(|decision| decision.map_err(AuthError::Forbidden))
+    }
+
+    /// A SubjectAccessReview of `user` doing `attributes`, its answer
+    /// cached under `key`.
+    async fn review(
+        &self,
+        user: &User,
+        attributes: &Attributes,
+        key: String,
+    ) -> Result<(), AuthError> {
         let (resource_attributes, non_resource_attributes) = match attributes {
             Attributes::Resource {
                 verb,

@@ -1,10 +1,11 @@
 //! Heartbeat ingest: the gRPC `Registry` service that plugins call.
 
+mod denials;
 mod metrics;
 pub(crate) mod validate;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use kplug_proto::v1alpha1::registry_server::{Registry as RegistryApi, RegistryServer};
@@ -16,6 +17,8 @@ use tonic::{Request, Response, Status};
 
 pub use metrics::HeartbeatMetrics;
 pub use validate::{FieldError, Invalid, declaration};
+
+use denials::Denials;
 
 use crate::auth::delegated::Delegated;
 use crate::auth::{Attributes, AuthError};
@@ -49,6 +52,8 @@ pub struct HeartbeatService {
     /// Signs plugins' certificate requests; without it they are refused.
     signer: Option<Arc<Signer>>,
     metrics: HeartbeatMetrics,
+    /// Identities denied lately, whose further denials cost no review.
+    denials: Arc<Denials>,
 }
 
 /// A refused caller in gRPC's words; a review that could not be made is
@@ -79,6 +84,7 @@ impl HeartbeatService {
             auth,
             signer: None,
             metrics: HeartbeatMetrics::default(),
+            denials: Arc::default(),
         }
     }
 
@@ -117,9 +123,33 @@ impl HeartbeatService {
                 )
             })?;
         let user = auth.review_token(token).await.map_err(grpc_status)?;
-        auth.authorize(&user, &Attributes::heartbeat(name))
-            .await
-            .map_err(grpc_status)?;
+        let attributes = Attributes::heartbeat(name);
+        let now = Instant::now();
+        let over = self.denials.over(&user.name, now);
+        let (decision, reviewed) = match over {
+            // Only what needs no review: decisions cached, its own name's too.
+            Some(ends) => match auth.cached(&user, &attributes) {
+                Some(known) => (known, false),
+                None => {
+                    return Err(Status::permission_denied(format!(
+                        "User {:?} was denied heartbeats {} times within {:?}: heartbeats under \
+                         plugin names without a cached decision are refused without review for \
+                         the next {:?}",
+                        user.name,
+                        denials::LIMIT,
+                        denials::WINDOW,
+                        ends.saturating_duration_since(now),
+                    )));
+                }
+            },
+            None => auth.decide(&user, &attributes).await,
+        };
+        // Only denials that cost a review count: a plugin whose RBAC is
+        // wrong is denied from the cache between reviews.
+        if reviewed && let Err(AuthError::Forbidden(_)) = &decision {
+            self.denials.record(&user.name, now);
+        }
+        decision.map_err(grpc_status)?;
         Ok(Some(user.name))
     }
 
