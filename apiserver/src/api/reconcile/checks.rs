@@ -322,4 +322,41 @@ mod tests {
         let nothing = SentExtensions::read(&[]);
         assert!(nothing.check("f", &reference("", "w")).is_err());
     }
+
+    #[test]
+    fn an_answer_gives_its_statuses_checked_and_an_extension_status_is_required() {
+        let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}"#;
+        let sent = [Object {
+            raw,
+            head: Head::default(),
+        }];
+        let reported = |status: &[u8]| proto::ExtensionStatus {
+            r#ref: Some(ObjectReference {
+                api_version: "example.com/v1".to_owned(),
+                kind: "Widget".to_owned(),
+                namespace: String::new(),
+                name: "w".to_owned(),
+            }),
+            status: status.to_vec(),
+        };
+        let mut ok = proto::ReconcileResponse {
+            object_status: br#"{"a":1}"#.to_vec(),
+            extension_statuses: vec![reported(br#"{"b":2}"#)],
+            ..proto::ReconcileResponse::default()
+        };
+        let statuses = answer(&mut ok, &sent).expect("a valid answer");
+        assert_eq!(statuses.object, Some(serde_json::json!({"a": 1})));
+        assert_eq!(statuses.extensions[0].status, serde_json::json!({"b": 2}));
+        assert_eq!(statuses.extensions[0].reference.name, "w");
+        let mut empty = proto::ReconcileResponse {
+            extension_statuses: vec![reported(b"")],
+            ..proto::ReconcileResponse::default()
+        };
+        assert_eq!(
+            answer(&mut empty, &sent)
+                .map(|s| s.object)
+                .map_err(|e| e.to_string()),
+            Err("status.extensionStatuses[0].status: Required value".to_owned())
+        );
+    }
 }
