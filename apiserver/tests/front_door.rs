@@ -277,10 +277,12 @@ fn watches_outlive_the_timeouts_and_idle_connections_do_not() {
                 .await
                 .expect("the idle connection closed")
                 .expect("the connection task");
-            let held = ended - idle.answered;
+            // The server's timer started between the request's sending and
+            // this client's reading the answer (later on a loaded machine).
+            let (at_most, at_least) = (ended - idle.sent, ended - idle.answered);
             assert!(
-                client::within(held, after, Duration::from_secs(5)),
-                "h2 {h2}: idle {held:?}, expected {after:?}"
+                at_most >= after && at_least <= after + Duration::from_secs(5),
+                "h2 {h2}: idle between {at_least:?} and {at_most:?}, expected {after:?}"
             );
         }
     });

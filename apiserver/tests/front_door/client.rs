@@ -85,7 +85,11 @@ pub async fn closed(mut stream: impl AsyncRead + Unpin) -> Instant {
 
 /// A connection the client keeps open and unused.
 pub struct Idle {
-    /// When its one request was answered.
+    /// Just before its one request was sent: the server's idle timer starts
+    /// after this.
+    pub sent: Instant,
+    /// When its one request was answered, read to the end by this client:
+    /// the server's idle timer started before this.
     pub answered: Instant,
     /// Ends with the connection, with when.
     pub ended: JoinHandle<Instant>,
@@ -103,6 +107,7 @@ pub async fn one_request_then_idle(address: SocketAddr, ca: &Path, h2: bool, pat
         .header("host", "localhost")
         .body(Empty::<Bytes>::new())
         .expect("a request");
+    let sent = Instant::now();
     let (status, ended, sender): (_, _, Box<dyn std::any::Any + Send>) = if h2 {
         let (mut send, connection) = http2::handshake(TokioExecutor::new(), io)
             .await
@@ -129,6 +134,7 @@ pub async fn one_request_then_idle(address: SocketAddr, ca: &Path, h2: bool, pat
     };
     assert_eq!(status, 200, "GET {path}");
     Idle {
+        sent,
         answered: Instant::now(),
         ended,
         _sender: sender,
