@@ -61,6 +61,12 @@ pub(super) fn classify(
             timeout: timeouts.call,
         };
     }
+    if let Some(reason) = broken_http2(&status) {
+        return ProxyError::NotGrpc {
+            target,
+            detail: format!("kplug read {reason:?} from it"),
+        };
+    }
     match status.code() {
         tonic::Code::DeadlineExceeded => ProxyError::DeadlineExceeded {
             target,
@@ -82,6 +88,14 @@ pub(super) fn classify(
             plugin: target.plugin,
             operation: operation.as_str().to_owned(),
         },
+        // tonic's own refusal of a message over the decoding limit; a
+        // plugin could also say OUT_OF_RANGE itself, worded as its own.
+        tonic::Code::OutOfRange if status.message().contains("message length too large") => {
+            ProxyError::AnswerTooLarge {
+                target,
+                detail: status.message().to_owned(),
+            }
+        }
         tonic::Code::ResourceExhausted => ProxyError::Busy {
             plugin: target.plugin,
             limit: 0,
@@ -157,6 +171,24 @@ fn text(status: &tonic::Status) -> String {
         }
     }
     text
+}
+
+/// The HTTP/2 error kplug's side found in what the plugin sent (bytes that
+/// are not HTTP/2 frames, frames too large, a header block that does not
+/// decode): not a gRPC server at that address, or a broken one.
+fn broken_http2(status: &tonic::Status) -> Option<h2::Reason> {
+    sources(status)
+        .filter_map(|e| e.downcast_ref::<h2::Error>())
+        .filter(|h2| !h2.is_remote() && !h2.is_io())
+        .filter_map(h2::Error::reason)
+        .find(|reason| {
+            [
+                h2::Reason::PROTOCOL_ERROR,
+                h2::Reason::FRAME_SIZE_ERROR,
+                h2::Reason::COMPRESSION_ERROR,
+            ]
+            .contains(reason)
+        })
 }
 
 fn sources(status: &tonic::Status) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {

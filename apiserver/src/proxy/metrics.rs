@@ -60,7 +60,8 @@ impl ProxyError {
             Self::DeadlineExceeded { .. } => "timeout",
             Self::Rejected { .. } => "rejected",
             Self::Unimplemented { .. } => "unimplemented",
-            Self::Failed { .. } => "failed",
+            Self::Failed { .. } | Self::AnswerTooLarge { .. } => "failed",
+            Self::NotGrpc { .. } => "unavailable",
             Self::InvalidAddress { .. } => "invalid_address",
             Self::Tls { .. } => "tls",
         }

@@ -76,6 +76,12 @@ pub enum ProxyError {
         address: String,
         detail: String,
     },
+    /// What the plugin sent is not HTTP/2, or broken HTTP/2.
+    #[error("{target} does not speak gRPC over HTTP/2: {detail}")]
+    NotGrpc { target: Target, detail: String },
+    /// The answer is larger than kplug accepts.
+    #[error("{target} answered more than kplug accepts (--max-request-bytes plus 1 MiB): {detail}")]
+    AnswerTooLarge { target: Target, detail: String },
     /// kplug and the plugin do not accept each other's certificates.
     #[error("TLS with {target} failed: {detail}")]
     Tls { target: Target, detail: String },

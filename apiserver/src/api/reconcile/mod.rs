@@ -258,18 +258,19 @@ fn proxy_error(error: ProxyError) -> ApiError {
             retry_after: RETRY_AFTER_SECONDS,
         },
         // A TLS failure is often a rotation in progress on one side: retry.
-        ProxyError::Unavailable { .. } | ProxyError::NoneReady { .. } | ProxyError::Tls { .. } => {
-            ApiError::ServiceUnavailable {
-                message,
-                retry_after: RETRY_AFTER_SECONDS,
-            }
-        }
+        ProxyError::Unavailable { .. }
+        | ProxyError::NoneReady { .. }
+        | ProxyError::NotGrpc { .. }
+        | ProxyError::Tls { .. } => ApiError::ServiceUnavailable {
+            message,
+            retry_after: RETRY_AFTER_SECONDS,
+        },
         ProxyError::DeadlineExceeded { .. } => ApiError::Timeout(message),
         ProxyError::Rejected { .. } => invalid("spec.object", message),
         ProxyError::Unimplemented { .. } => ApiError::BadRequest(message),
-        ProxyError::Failed { .. } | ProxyError::InvalidAddress { .. } => {
-            ApiError::Internal(message)
-        }
+        ProxyError::Failed { .. }
+        | ProxyError::AnswerTooLarge { .. }
+        | ProxyError::InvalidAddress { .. } => ApiError::Internal(message),
     }
 }
 
