@@ -71,6 +71,7 @@ where
     // Dropping the receiver ends the manager's task, which releases the Lease.
     drop(leading);
     if let Ok(Err(error)) = task.await {
+        let error = crate::words::lease_error(&error);
         tracing::warn!(%error, "releasing the Lease");
     }
     if lost {

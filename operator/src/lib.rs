@@ -88,7 +88,7 @@ pub enum Error {
     NoStatusSubresource(String),
     #[error("the Kubernetes client: {}", crate::words::kube_error(.0))]
     Client(#[from] kube::Error),
-    #[error("leader election: {0}")]
+    #[error("leader election: {}", crate::words::lease_error(.0))]
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
     #[error("lost the leader election Lease {0}: stopping so that only the new leader writes")]
     LostLeadership(String),

@@ -25,6 +25,14 @@ pub fn kube_error(error: &kube::Error) -> String {
     }
 }
 
+/// The leader election's failure.
+pub fn lease_error(error: &kube_lease_manager::LeaseManagerError) -> String {
+    match error {
+        kube_lease_manager::LeaseManagerError::KubeError(e) => kube_error(e),
+        other => other.to_string(),
+    }
+}
+
 /// A watch's failure.
 pub fn watch_error(error: &watcher::Error) -> String {
     match error {
