@@ -297,14 +297,18 @@ impl Outcome {
         self
     }
 
-    /// Sets the object's status.
+    /// Sets the object's status: a JSON object, nested at most 100 levels
+    /// and at most 1.5 MiB encoded. kplug refuses an answer with any other
+    /// status (the caller gets a `500` naming the field), since the
+    /// operator could not write it into the object.
     #[must_use]
     pub fn object_status(mut self, status: Value) -> Self {
         self.object_status = Some(status);
         self
     }
 
-    /// Adds the status of an extension object.
+    /// Adds the status of an extension object, one the plugin was sent, with
+    /// the same rules as [`Outcome::object_status`].
     #[must_use]
     pub fn extension_status(mut self, extension: ObjectRef, status: Value) -> Self {
         self.extension_statuses.push((extension, status));
