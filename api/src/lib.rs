@@ -6,3 +6,4 @@
 
 pub mod selection;
 pub mod v1alpha1;
+pub mod version;

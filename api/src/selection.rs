@@ -14,6 +14,10 @@
 //!
 //! Within a set, the highest version wins, then the smallest name.
 //!
+//! A version constraint (see [`crate::version`]) narrows every rule to the
+//! plugins with a Ready instance whose version is in range, and a plugin's
+//! version within its set to the newest such instance's.
+//!
 //! Rules 2 to 4 take any [`Candidate`]: a client its decoded Plugins, the
 //! registry its live records, which it does not keep as typed objects.
 //! Rule 1 takes anything that borrows a [`Plugin`], for its Ready
@@ -26,6 +30,7 @@ use std::sync::Arc;
 use crate::v1alpha1::{
     ApiSelector, CONDITION_READY, Plugin, PluginApi, Selection, SelectionReason,
 };
+use crate::version::VersionConstraint;
 
 /// What the rule reads of a plugin.
 pub trait Candidate {
@@ -35,6 +40,9 @@ pub trait Candidate {
     fn api(&self) -> &PluginApi;
     fn implementation(&self) -> &str;
     fn version(&self) -> &str;
+    /// The versions of the instances that take calls: during a rolling
+    /// update, more than one.
+    fn ready_versions(&self) -> Vec<&str>;
 }
 
 impl Candidate for Plugin {
@@ -56,6 +64,16 @@ impl Candidate for Plugin {
 
     fn version(&self) -> &str {
         &self.spec.version
+    }
+
+    fn ready_versions(&self) -> Vec<&str> {
+        if self.status.instances.is_empty() {
+            return vec![&self.spec.version];
+        }
+        self.status
+            .serving_instances()
+            .map(|i| i.version.as_str())
+            .collect()
     }
 }
 
@@ -82,6 +100,10 @@ macro_rules! forward_candidate {
             fn version(&self) -> &str {
                 (**self).version()
             }
+
+            fn ready_versions(&self) -> Vec<&str> {
+                (**self).ready_versions()
+            }
         }
     )*};
 }
@@ -105,6 +127,15 @@ pub enum SelectError {
     NoneReady(String),
     #[error("no Ready plugin of implementation {implementation} serves {api}")]
     NoneReadyOfImplementation { api: String, implementation: String },
+    #[error("no Ready plugin {of} has a version in {constraint} (Ready: {seen})")]
+    NoVersionInRange {
+        /// `of databasetables.myorg.org`, `of implementation X serving ...`,
+        /// or the plugin's name.
+        of: String,
+        constraint: String,
+        /// Each Ready version with its plugin's name.
+        seen: String,
+    },
 }
 
 /// What a request asks of the chosen plugin's implementation.
@@ -191,11 +222,13 @@ pub fn not_ready_reason(plugin: &Plugin) -> String {
 }
 
 /// Rule 1: the plugin named `name` (`found`, when it exists) must serve
-/// `api` (when given) and be Ready.
+/// `api` (when given), be Ready and, with a constraint, have a Ready
+/// instance in range.
 pub fn pinned<P: Borrow<Plugin>>(
     name: &str,
     found: Option<P>,
     api: Option<&ApiSelector>,
+    versions: Option<&VersionConstraint>,
 ) -> Result<(P, Selection), SelectError> {
     let plugin = found.ok_or_else(|| SelectError::NotFound(name.to_owned()))?;
     let spec = &plugin.borrow().spec;
@@ -214,25 +247,147 @@ pub fn pinned<P: Borrow<Plugin>>(
             why: not_ready_reason(plugin.borrow()),
         });
     }
+    let mut message = format!("plugin {name} was requested by name");
+    if let Some(versions) = versions {
+        let newest = newest_in_range(plugin.borrow(), versions).ok_or_else(|| {
+            SelectError::NoVersionInRange {
+                of: format!("named {name}"),
+                constraint: versions.to_string(),
+                seen: seen(&[plugin.borrow()]),
+            }
+        })?;
+        message.push_str(&in_range_note(&newest, versions));
+    }
     let selection = Selection {
         reason: SelectionReason::Requested,
-        message: format!("plugin {name} was requested by name"),
+        message,
     };
     Ok((plugin, selection))
 }
 
-/// Rules 2 to 4 among `plugins`: only the Ready ones serving `api` count,
-/// so the caller may pass every plugin it knows.
+/// The newest of `plugin`'s Ready versions in `versions`.
+fn newest_in_range(plugin: &impl Candidate, versions: &VersionConstraint) -> Option<String> {
+    plugin
+        .ready_versions()
+        .into_iter()
+        .filter(|v| versions.matches(v))
+        .max_by(|a, b| compare_versions(a, b))
+        .map(str::to_owned)
+}
+
+fn in_range_note(version: &str, versions: &VersionConstraint) -> String {
+    format!("; {version} is its newest Ready version in {versions}")
+}
+
+/// The Ready versions of `plugins`, each with its plugin's name.
+fn seen<P: Candidate>(plugins: &[P]) -> String {
+    let mut seen: Vec<String> = plugins
+        .iter()
+        .flat_map(|p| {
+            let name = p.name();
+            p.ready_versions()
+                .into_iter()
+                .map(move |v| format!("{v} ({name})"))
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen.join(", ")
+}
+
+/// A candidate ranked by its newest Ready version in range.
+struct InRange<P> {
+    plugin: P,
+    version: String,
+}
+
+impl<P: Candidate> Candidate for InRange<P> {
+    fn name(&self) -> &str {
+        self.plugin.name()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.plugin.is_ready()
+    }
+
+    fn api(&self) -> &PluginApi {
+        self.plugin.api()
+    }
+
+    fn implementation(&self) -> &str {
+        self.plugin.implementation()
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn ready_versions(&self) -> Vec<&str> {
+        vec![&self.version]
+    }
+}
+
+/// Rules 2 to 4 among `plugins`: only the Ready ones serving `api` (and,
+/// with a constraint, with a Ready version in range) count, so the caller
+/// may pass every plugin it knows.
 pub fn choose<P: Candidate>(
     plugins: impl IntoIterator<Item = P>,
     api: &ApiSelector,
     implementation: Implementation<'_>,
+    versions: Option<&VersionConstraint>,
 ) -> Result<(P, Selection), SelectError> {
-    let mut ready: Vec<P> = plugins
+    let ready = plugins
         .into_iter()
-        .filter(|p| p.is_ready() && api.matches(p.api()))
-        .collect();
-    let implements = |plugin: &P, name: &str| plugin.implementation().eq_ignore_ascii_case(name);
+        .filter(|p| p.is_ready() && api.matches(p.api()));
+    let Some(versions) = versions else {
+        return by_implementation(ready.collect(), api, implementation);
+    };
+    // With a required implementation, the versions seen are its own.
+    let (ready, of): (Vec<P>, String) = match implementation {
+        Implementation::Required(required) => (
+            ready.filter(|p| implements(p, required)).collect(),
+            format!(
+                "of implementation {required} serving {}",
+                api.qualified_resource()
+            ),
+        ),
+        _ => (ready.collect(), format!("of {}", api.qualified_resource())),
+    };
+    if ready.is_empty() {
+        return by_implementation(ready, api, implementation);
+    }
+    let mut out_of_range = Vec::new();
+    let mut in_range = Vec::new();
+    for plugin in ready {
+        match newest_in_range(&plugin, versions) {
+            Some(version) => in_range.push(InRange { plugin, version }),
+            None => out_of_range.push(plugin),
+        }
+    }
+    if in_range.is_empty() {
+        return Err(SelectError::NoVersionInRange {
+            of,
+            constraint: versions.to_string(),
+            seen: seen(&out_of_range),
+        });
+    }
+    let (chosen, mut selection) = by_implementation(in_range, api, implementation)?;
+    selection
+        .message
+        .push_str(&in_range_note(&chosen.version, versions));
+    Ok((chosen.plugin, selection))
+}
+
+fn implements(plugin: &impl Candidate, name: &str) -> bool {
+    plugin.implementation().eq_ignore_ascii_case(name)
+}
+
+/// Rules 2 to 4 among `ready`, the Ready plugins serving `api`.
+fn by_implementation<P: Candidate>(
+    mut ready: Vec<P>,
+    api: &ApiSelector,
+    implementation: Implementation<'_>,
+) -> Result<(P, Selection), SelectError> {
     let preference =
         match implementation {
             Implementation::Required(required) => {
@@ -288,13 +443,14 @@ pub fn select<P: Borrow<Plugin> + Candidate>(
     api: Option<&ApiSelector>,
     implementation: Implementation<'_>,
     pinned_name: Option<&str>,
+    versions: Option<&VersionConstraint>,
 ) -> Result<(P, Selection), SelectError> {
     if let Some(name) = pinned_name {
         let found = plugins.into_iter().find(|p| Candidate::name(p) == name);
-        return pinned(name, found, api);
+        return pinned(name, found, api, versions);
     }
     let api = api.ok_or_else(|| SelectError::NoneReady("an unspecified API".to_owned()))?;
-    choose(plugins, api, implementation)
+    choose(plugins, api, implementation, versions)
 }
 
 #[cfg(test)]
@@ -361,7 +517,8 @@ mod tests {
         plugins: &[Plugin],
         implementation: Implementation<'_>,
     ) -> Result<(String, SelectionReason), SelectError> {
-        choose(plugins, &tables(), implementation).map(|(p, s)| (p.name().to_owned(), s.reason))
+        choose(plugins, &tables(), implementation, None)
+            .map(|(p, s)| (p.name().to_owned(), s.reason))
     }
 
     #[test]
@@ -390,8 +547,13 @@ mod tests {
             plugin("old", "databasetables", "PostgreSQL", "1.9.9"),
         ];
         assert_eq!(best(&plugins).map(Plugin::name), Some("a-pg"));
-        let (_, selection) =
-            choose(&plugins, &tables(), Implementation::Preferred("MariaDB")).expect("chosen");
+        let (_, selection) = choose(
+            &plugins,
+            &tables(),
+            Implementation::Preferred("MariaDB"),
+            None,
+        )
+        .expect("chosen");
         assert_eq!(selection.reason, SelectionReason::Fallback);
         assert_eq!(
             selection.message,
@@ -450,7 +612,15 @@ mod tests {
             plugin("queue", "queues", "Rabbit", "1.0.0"),
             not_ready(plugin("late", "databasetables", "MariaDB", "1.0.0")),
         ];
-        let select = |name| select(&plugins, Some(&tables()), Implementation::Any, Some(name));
+        let select = |name| {
+            select(
+                &plugins,
+                Some(&tables()),
+                Implementation::Any,
+                Some(name),
+                None,
+            )
+        };
         assert_eq!(
             select("pg").map(|(p, s)| (p.name(), s.reason)),
             Ok(("pg", SelectionReason::Requested))
@@ -466,6 +636,116 @@ mod tests {
                 name: "late".to_owned(),
                 why: "no heartbeat for 10s".to_owned()
             })
+        );
+    }
+
+    /// `plugin` served by one Ready instance per version in `versions`.
+    fn instances(mut plugin: Plugin, versions: &[&str]) -> Plugin {
+        plugin.status.instances = versions
+            .iter()
+            .enumerate()
+            .map(|(i, version)| crate::v1alpha1::PluginInstance {
+                name: format!("{}-{i}", plugin.name()),
+                address: format!("10.0.0.{i}:50051"),
+                server_name: String::new(),
+                version: (*version).to_owned(),
+                ready: true,
+                draining: false,
+                last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
+            })
+            .collect();
+        plugin
+    }
+
+    fn range(text: &str) -> VersionConstraint {
+        text.parse().expect("a constraint")
+    }
+
+    #[test]
+    fn a_constraint_takes_the_newest_ready_version_in_range_of_any_instance() {
+        // `pg` is mid-rollout from 1.4.2 to 2.0.0; `maria` runs 1.9.0.
+        let plugins = [
+            instances(
+                plugin("pg", "databasetables", "PostgreSQL", "2.0.0"),
+                &["1.4.2", "2.0.0"],
+            ),
+            instances(
+                plugin("maria", "databasetables", "MariaDB", "1.9.0"),
+                &["1.9.0"],
+            ),
+        ];
+        let choose = |implementation, text: &str| {
+            choose(&plugins, &tables(), implementation, Some(&range(text)))
+                .map(|(p, s)| (p.name().to_owned(), s.message))
+        };
+        assert_eq!(
+            choose(Implementation::Any, ">=1.4, <2"),
+            Ok((
+                "maria".to_owned(),
+                "chose maria (MariaDB) by highest version, then name; 1.9.0 is its newest Ready \
+                 version in >=1.4, <2"
+                    .to_owned()
+            ))
+        );
+        assert_eq!(
+            choose(Implementation::Required("PostgreSQL"), ">=1.4, <2"),
+            Ok((
+                "pg".to_owned(),
+                "PostgreSQL is the required implementation and has a Ready plugin; 1.4.2 is its \
+                 newest Ready version in >=1.4, <2"
+                    .to_owned()
+            ))
+        );
+        assert_eq!(
+            choose(Implementation::Preferred("MariaDB"), ">=2").map(|(name, _)| name),
+            Ok("pg".to_owned()),
+            "the preferred implementation has no version in range"
+        );
+        assert_eq!(
+            choose(Implementation::Any, "^3").map(|(name, _)| name),
+            Err(SelectError::NoVersionInRange {
+                of: "of databasetables.myorg.org".to_owned(),
+                constraint: "^3".to_owned(),
+                seen: "1.4.2 (pg), 1.9.0 (maria), 2.0.0 (pg)".to_owned(),
+            })
+        );
+        let error = choose(Implementation::Required("MariaDB"), ">=2").expect_err("none");
+        assert_eq!(
+            error.to_string(),
+            "no Ready plugin of implementation MariaDB serving databasetables.myorg.org has a \
+             version in >=2 (Ready: 1.9.0 (maria))"
+        );
+    }
+
+    #[test]
+    fn a_pinned_plugin_with_a_constraint_needs_a_ready_instance_in_range() {
+        let plugins = [instances(
+            plugin("pg", "databasetables", "PostgreSQL", "2.0.0"),
+            &["1.4.2", "2.0.0"],
+        )];
+        let select = |text: &str| {
+            select(
+                &plugins,
+                Some(&tables()),
+                Implementation::Any,
+                Some("pg"),
+                Some(&range(text)),
+            )
+            .map(|(_, s)| s.message)
+        };
+        assert_eq!(
+            select("<2"),
+            Ok(
+                "plugin pg was requested by name; 1.4.2 is its newest Ready version in <2"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            select(">=3").map_err(|e| e.to_string()),
+            Err(
+                "no Ready plugin named pg has a version in >=3 (Ready: 1.4.2 (pg), 2.0.0 (pg))"
+                    .to_owned()
+            )
         );
     }
 }

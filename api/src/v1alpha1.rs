@@ -256,6 +256,10 @@ pub struct ReconcileSpec {
     /// implementation, so that its data never silently moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_implementation: Option<String>,
+    /// Only instances whose version is in this semver range may serve, the
+    /// newest first (e.g. `>=1.4, <2`); see [`crate::version`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_constraint: Option<String>,
     /// Pins one plugin by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
@@ -272,6 +276,7 @@ impl ReconcileSpec {
         "api",
         "preferredImplementation",
         "requiredImplementation",
+        "versionConstraint",
         "plugin",
     ];
 

@@ -17,5 +17,5 @@ pub mod proxy;
 pub mod registry;
 pub mod server;
 pub mod trust;
-pub use kplug_api::v1alpha1;
+pub use kplug_api::{v1alpha1, version};
 pub mod validation;

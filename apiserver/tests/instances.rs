@@ -5,12 +5,11 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{DeregisterRequest, HeartbeatRequest, HeartbeatResponse};
+use kplug_proto::v1alpha1::HeartbeatRequest;
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::{
-    Lines, Process, StandaloneKplug, free_port, heartbeat_request, plugin_instances,
-    workspace_binary,
+    BlockingRegistry, Lines, Process, StandaloneKplug, free_port, heartbeat_request,
+    plugin_instances, workspace_binary,
 };
 use serde_json::{Value, json};
 
@@ -20,47 +19,6 @@ const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 /// a minute's interval so that nothing turns late during a test.
 fn heartbeat(name: &str, instance: &str, address: &str) -> HeartbeatRequest {
     heartbeat_request(name, instance, address, Duration::from_secs(60))
-}
-
-/// A registry client of `kplug` on a runtime of its own.
-struct Registry {
-    runtime: tokio::runtime::Runtime,
-    client: RegistryClient<tonic::transport::Channel>,
-}
-
-impl Registry {
-    fn connect(kplug: &StandaloneKplug) -> Self {
-        let runtime = tokio::runtime::Runtime::new().expect("runtime");
-        let client = runtime
-            .block_on(RegistryClient::connect(kplug.grpc.clone()))
-            .expect("connect to the registry");
-        Self { runtime, client }
-    }
-
-    fn heartbeat(&mut self, request: HeartbeatRequest) -> HeartbeatResponse {
-        self.runtime
-            .block_on(self.client.heartbeat(request))
-            .expect("a heartbeat reply")
-            .into_inner()
-    }
-
-    fn accepted(&mut self, request: HeartbeatRequest) {
-        let reply = self.heartbeat(request);
-        assert!(reply.accepted, "{reply:?}");
-    }
-
-    fn deregister(&mut self, name: &str, instance: &str, address: &str) -> bool {
-        let request = DeregisterRequest {
-            name: name.to_owned(),
-            instance: instance.to_owned(),
-            address: address.to_owned(),
-        };
-        self.runtime
-            .block_on(self.client.deregister(request))
-            .expect("a deregistration reply")
-            .into_inner()
-            .removed
-    }
 }
 
 /// `kubectl get plugins` as rows of cells, the header first.
@@ -110,7 +68,7 @@ fn owned(items: &[(&str, &str, bool)]) -> Vec<(String, String, bool)> {
 #[test]
 fn instances_show_in_kubectl_and_leave_one_at_a_time() {
     let kplug = StandaloneKplug::start();
-    let mut registry = Registry::connect(&kplug);
+    let mut registry = BlockingRegistry::connect(&kplug.grpc);
     let reply = registry.heartbeat(heartbeat("pg", "pg-0", "127.0.0.1:41000"));
     assert!(reply.accepted, "{reply:?}");
     let capabilities = reply.server_protocol.unwrap_or_default().capabilities;
@@ -178,7 +136,7 @@ fn instances_show_in_kubectl_and_leave_one_at_a_time() {
 fn heartbeats_past_the_caps_or_in_conflict_are_refused_with_their_reason() {
     let kplug =
         StandaloneKplug::start_with(&["--max-plugins", "2", "--max-instances-per-plugin", "2"]);
-    let mut registry = Registry::connect(&kplug);
+    let mut registry = BlockingRegistry::connect(&kplug.grpc);
     registry.accepted(heartbeat("a", "a-0", "127.0.0.1:43000"));
     registry.accepted(heartbeat("b", "b-0", "127.0.0.1:43010"));
 

@@ -94,7 +94,12 @@ pub fn explain(plugins: &[Listed], api: &ApiSelector, preferred: Option<&str>) -
     let resource = api.qualified_resource();
     let asked = preferred.map_or_else(String::new, |p| format!(" preferring implementation {p}"));
     let candidates = plugins.iter().map(|p| &p.plugin);
-    match selection::choose(candidates, api, Implementation::from_spec(None, preferred)) {
+    match selection::choose(
+        candidates,
+        api,
+        Implementation::from_spec(None, preferred),
+        None,
+    ) {
         Ok((plugin, why)) => {
             let reason = serde_json::to_value(why.reason)
                 .ok()

@@ -171,6 +171,7 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
             api: Some(delegation.api.clone()),
             preferred_implementation: delegation.preferred_implementation.clone(),
             required_implementation: delegation.required_implementation.clone(),
+            version_constraint: None,
             plugin: None,
         },
         status: None,

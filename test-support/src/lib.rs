@@ -49,7 +49,7 @@ pub use plugins::{
     hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,
 };
 pub use process::{Lines, Process, free_port, output_text, wait_until};
-pub use registry::{heartbeat_request, plugin_instances};
+pub use registry::{BlockingRegistry, heartbeat_request, plugin_instances};
 pub use service::Service;
 pub use standalone::StandaloneKplug;
 pub use widgets::widget_crd;

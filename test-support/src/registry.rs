@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use kplug_proto::v1alpha1::{HeartbeatRequest, PluginApi, Protocol};
+use kplug_proto::v1alpha1::registry_client::RegistryClient;
+use kplug_proto::v1alpha1::{
+    DeregisterRequest, HeartbeatRequest, HeartbeatResponse, PluginApi, Protocol,
+};
 use serde_json::Value;
 
 /// A heartbeat of `instance` (empty: the address names it) of the plugin
@@ -51,4 +54,48 @@ pub fn plugin_instances(plugin: &Value) -> Vec<(String, String, bool)> {
             )
         })
         .collect()
+}
+
+/// A registry client on a runtime of its own, for tests that heartbeat by
+/// hand from synchronous code.
+pub struct BlockingRegistry {
+    runtime: tokio::runtime::Runtime,
+    client: RegistryClient<tonic::transport::Channel>,
+}
+
+impl BlockingRegistry {
+    /// Connects to the registry at `url` (`http://host:port`).
+    pub fn connect(url: &str) -> Self {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let client = runtime
+            .block_on(RegistryClient::connect(url.to_owned()))
+            .expect("connect to the registry");
+        Self { runtime, client }
+    }
+
+    pub fn heartbeat(&mut self, request: HeartbeatRequest) -> HeartbeatResponse {
+        self.runtime
+            .block_on(self.client.heartbeat(request))
+            .expect("a heartbeat reply")
+            .into_inner()
+    }
+
+    /// Sends `request`, which must be accepted.
+    pub fn accepted(&mut self, request: HeartbeatRequest) {
+        let reply = self.heartbeat(request);
+        assert!(reply.accepted, "{reply:?}");
+    }
+
+    pub fn deregister(&mut self, name: &str, instance: &str, address: &str) -> bool {
+        let request = DeregisterRequest {
+            name: name.to_owned(),
+            instance: instance.to_owned(),
+            address: address.to_owned(),
+        };
+        self.runtime
+            .block_on(self.client.deregister(request))
+            .expect("a deregistration reply")
+            .into_inner()
+            .removed
+    }
 }

@@ -89,6 +89,7 @@ async fn call_within(
             ReconcileRequest::default(),
             timeout,
             &TraceParent::new_root(),
+            None,
         )
         .await
 }

@@ -16,6 +16,7 @@ use tonic::transport::Channel;
 
 use crate::registry::{EventType, Registry};
 use crate::v1alpha1::{Operation, Plugin, PluginInstance};
+use crate::version::VersionConstraint;
 
 mod balance;
 mod failure;
@@ -214,7 +215,8 @@ impl Proxy {
     }
 
     /// Calls `operation` on `plugin`, waiting at most `timeout`; the plugin
-    /// receives `trace` as its `traceparent`.
+    /// receives `trace` as its `traceparent`. With `versions`, only its
+    /// instances of a version in range take the call.
     pub async fn call(
         &self,
         plugin: &Plugin,
@@ -222,10 +224,11 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
+        versions: Option<&VersionConstraint>,
     ) -> Result<Answered, ProxyError> {
         let started = Instant::now();
         let result = self
-            .call_unmeasured(plugin, operation, request, timeout, trace)
+            .call_unmeasured(plugin, operation, request, timeout, trace, versions)
             .await;
         self.metrics.call(
             plugin.name(),
@@ -246,11 +249,15 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
+        versions: Option<&VersionConstraint>,
     ) -> Result<Answered, ProxyError> {
         let deadline = Instant::now() + timeout;
         let name = plugin.name();
         let mut fallback = None;
-        let instances = balance::serving(plugin, &mut fallback);
+        let mut instances = balance::serving(plugin, &mut fallback);
+        if let Some(versions) = versions {
+            instances.retain(|instance| versions.matches(&instance.version));
+        }
         if instances.is_empty() {
             return Err(ProxyError::NoneReady {
                 plugin: name.to_owned(),
@@ -443,6 +450,7 @@ mod tests {
                 ReconcileRequest::default(),
                 Duration::from_secs(5),
                 &TraceParent::new_root(),
+                None,
             )
             .await
             .expect_err("nothing listens");

@@ -77,6 +77,7 @@ async fn call(proxy: &Proxy, plugin: &Plugin, id: &str) -> Result<Answered, Prox
             request,
             Duration::from_secs(10),
             &TraceParent::new_root(),
+            None,
         )
         .await
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use kplug_api::selection::{self, Candidate, Implementation, SelectError};
+use kplug_api::version::VersionConstraint;
 
 use super::{Entry, Registry};
 use crate::v1alpha1::{ApiSelector, Plugin, PluginApi, Selection};
@@ -40,10 +41,24 @@ impl Candidate for Live<'_> {
     fn version(&self) -> &str {
         &self.entry.instances.newest().declaration.version
     }
+
+    fn ready_versions(&self) -> Vec<&str> {
+        // As the plugin's `status.instances` would show them Ready.
+        if !self.entry.lifecycle.ready {
+            return Vec::new();
+        }
+        self.entry
+            .instances
+            .iter()
+            .filter(|i| i.serving())
+            .map(|i| i.declaration.version.as_str())
+            .collect()
+    }
 }
 
 impl Registry {
-    /// The plugin a request should go to, and why. The plugin is rendered
+    /// The plugin a request should go to, and why, among those with a Ready
+    /// instance in `versions` when given. The plugin is rendered
     /// from its record as of now, as its stored version shows it but with
     /// the instances' latest heartbeat times: a fraction of the work of
     /// parsing the stored JSON back, on every reconcile.
@@ -52,11 +67,12 @@ impl Registry {
         api: Option<&ApiSelector>,
         implementation: Implementation<'_>,
         pinned: Option<&str>,
+        versions: Option<&VersionConstraint>,
     ) -> Result<(Arc<Plugin>, Selection), SelectError> {
         let state = self.state.read();
         if let Some(name) = pinned {
             let found = state.plugins.get(name).map(|entry| self.live(entry));
-            return selection::pinned(name, found, api);
+            return selection::pinned(name, found, api, versions);
         }
         let Some(api) = api else {
             return Err(SelectError::NoneReady("an unspecified API".to_owned()));
@@ -65,7 +81,7 @@ impl Registry {
             .plugins
             .iter()
             .map(|(name, entry)| Live { name, entry });
-        let (chosen, selection) = selection::choose(candidates, api, implementation)?;
+        let (chosen, selection) = selection::choose(candidates, api, implementation, versions)?;
         Ok((self.live(chosen.entry), selection))
     }
 

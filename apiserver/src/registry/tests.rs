@@ -445,6 +445,7 @@ mod selection {
                 Some(&tables()),
                 Implementation::from_spec(None, preferred),
                 None,
+                None,
             )
             .expect("selected");
         (plugin.name().to_owned(), selection.reason)
@@ -478,7 +479,12 @@ mod selection {
             ("a-pg".to_owned(), SelectionReason::Fallback)
         );
         let (_, selection) = registry
-            .select(Some(&tables()), Implementation::Preferred("MariaDB"), None)
+            .select(
+                Some(&tables()),
+                Implementation::Preferred("MariaDB"),
+                None,
+                None,
+            )
             .expect("selected");
         assert!(
             selection
@@ -500,7 +506,7 @@ mod selection {
             registry.heartbeat(declaration, t0()).expect("accepted");
         }
         let (plugin, _) = registry
-            .select(Some(&tables()), Implementation::Any, None)
+            .select(Some(&tables()), Implementation::Any, None, None)
             .expect("selected");
         assert_eq!(
             (plugin.name(), plugin.spec.version.as_str()),
@@ -520,6 +526,7 @@ mod selection {
                 Some(&tables()),
                 Implementation::from_spec(Some("postgresql"), Some("MariaDB")),
                 None,
+                None,
             )
             .expect("selected");
         assert_eq!(
@@ -528,7 +535,12 @@ mod selection {
         );
         assert_eq!(
             registry
-                .select(Some(&tables()), Implementation::Required("Oracle"), None)
+                .select(
+                    Some(&tables()),
+                    Implementation::Required("Oracle"),
+                    None,
+                    None
+                )
                 .err(),
             Some(SelectError::NoneReadyOfImplementation {
                 api: "databasetables.myorg.org".to_owned(),
@@ -549,7 +561,12 @@ mod selection {
         registry.sweep(t0() + secs(10)); // "late" misses two intervals
         assert_eq!(
             registry
-                .select(Some(&tables()), Implementation::Preferred("MariaDB"), None)
+                .select(
+                    Some(&tables()),
+                    Implementation::Preferred("MariaDB"),
+                    None,
+                    None
+                )
                 .err(),
             Some(SelectError::NoneReady(
                 "databasetables.myorg.org".to_owned()
@@ -567,6 +584,7 @@ mod selection {
                 Some(&tables()),
                 Implementation::Preferred("MariaDB"),
                 Some("pg"),
+                None,
             )
             .expect("pinned");
         assert_eq!(
@@ -574,18 +592,18 @@ mod selection {
             ("pg", SelectionReason::Requested)
         );
         assert!(matches!(
-            registry.select(Some(&tables()), Implementation::Any, Some("queue")),
+            registry.select(Some(&tables()), Implementation::Any, Some("queue"), None),
             Err(SelectError::WrongApi { .. })
         ));
         assert_eq!(
             registry
-                .select(None, Implementation::Any, Some("ghost"))
+                .select(None, Implementation::Any, Some("ghost"), None)
                 .err(),
             Some(SelectError::NotFound("ghost".to_owned()))
         );
         registry.sweep(t0() + secs(10));
         assert!(matches!(
-            registry.select(None, Implementation::Any, Some("pg")),
+            registry.select(None, Implementation::Any, Some("pg"), None),
             Err(SelectError::NotReady { .. })
         ));
     }

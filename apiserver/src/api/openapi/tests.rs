@@ -283,6 +283,7 @@ fn reconcile_schema_follows_the_rust_types() {
             }),
             preferred_implementation: Some("Impl".into()),
             required_implementation: Some("Impl".into()),
+            version_constraint: Some(">=1.4, <2".into()),
             plugin: Some("p".into()),
         },
         status: Some(ReconcileStatus {

@@ -173,6 +173,7 @@ pub fn body(request: &Request<'_>, status: &ReconcileStatus) -> Result<Vec<u8>, 
             "requiredImplementation",
             spec.required_implementation.as_ref(),
         )?;
+        inner.optional("versionConstraint", spec.version_constraint.as_ref())?;
         inner.optional("plugin", spec.plugin.as_ref())?;
         inner.close();
     }

@@ -47,6 +47,7 @@ pub struct Spec<'a> {
     pub api: Option<ApiSelector>,
     pub preferred_implementation: Option<String>,
     pub required_implementation: Option<String>,
+    pub version_constraint: Option<String>,
     pub plugin: Option<String>,
 }
 
@@ -158,6 +159,9 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
             }
             b"requiredImplementation" => {
                 spec.required_implementation = typed(s, 2)?;
+            }
+            b"versionConstraint" => {
+                spec.version_constraint = typed(s, 2)?;
             }
             b"plugin" => {
                 spec.plugin = typed(s, 2)?;

@@ -67,6 +67,7 @@ pub(crate) fn same_as_serde(
         || spec.plugin != their_spec.plugin
         || spec.preferred_implementation != their_spec.preferred_implementation
         || spec.required_implementation != their_spec.required_implementation
+        || spec.version_constraint != their_spec.version_constraint
     {
         return differ("a spec field");
     }

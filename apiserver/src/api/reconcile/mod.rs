@@ -29,6 +29,7 @@ use super::status::ApiError;
 use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
+use crate::version::VersionConstraint;
 pub use checks::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use decode::{Object, Request, Spec};
 
@@ -199,11 +200,15 @@ fn operation(spec: &Spec<'_>) -> Result<Operation, ApiError> {
     }
 }
 
-/// Checks the request; returns its operation and deadline.
-fn validate(
-    request: &Request<'_>,
-    settings: &ReconcileSettings,
-) -> Result<(Operation, Duration), ApiError> {
+/// What a valid request asks for beyond its objects.
+struct Asked {
+    operation: Operation,
+    timeout: Duration,
+    versions: Option<VersionConstraint>,
+}
+
+/// Checks the request; returns what it asks for.
+fn validate(request: &Request<'_>, settings: &ReconcileSettings) -> Result<Asked, ApiError> {
     if !request.api_version.is_empty() && request.api_version != API_VERSION {
         return Err(ApiError::BadRequest(format!(
             "apiVersion {:?} is not {API_VERSION}",
@@ -234,7 +239,24 @@ fn validate(
             )),
         },
     }?;
-    Ok((operation, timeout))
+    let versions = spec
+        .version_constraint
+        .as_deref()
+        .filter(|text| !text.is_empty())
+        .map(|text| {
+            text.parse().map_err(|error| {
+                invalid(
+                    "spec.versionConstraint",
+                    format!("Invalid value: {text:?}: {error}"),
+                )
+            })
+        })
+        .transpose()?;
+    Ok(Asked {
+        operation,
+        timeout,
+        versions,
+    })
 }
 
 fn select_error(error: SelectError) -> ApiError {
@@ -243,7 +265,8 @@ fn select_error(error: SelectError) -> ApiError {
         SelectError::WrongApi { .. } => invalid("spec.api", error.to_string()),
         SelectError::NotReady { .. }
         | SelectError::NoneReady(_)
-        | SelectError::NoneReadyOfImplementation { .. } => ApiError::ServiceUnavailable {
+        | SelectError::NoneReadyOfImplementation { .. }
+        | SelectError::NoVersionInRange { .. } => ApiError::ServiceUnavailable {
             message: error.to_string(),
             retry_after: RETRY_AFTER_SECONDS,
         },
@@ -314,7 +337,11 @@ async fn delegate(
     pinned: Option<&str>,
     trace: Option<TraceParent>,
 ) -> Result<Response, ApiError> {
-    let (operation, timeout) = validate(&request, &state.reconcile)?;
+    let Asked {
+        operation,
+        timeout,
+        versions,
+    } = validate(&request, &state.reconcile)?;
     let spec = &request.spec;
     let (plugin, selection) = state
         .registry
@@ -325,6 +352,7 @@ async fn delegate(
                 spec.preferred_implementation.as_deref(),
             ),
             pinned.or(spec.plugin.as_deref()),
+            versions.as_ref(),
         )
         .map_err(select_error)?;
     check_capability(&plugin, operation, spec.dry_run)?;
@@ -351,7 +379,14 @@ async fn delegate(
     let started = Instant::now();
     let answer = state
         .proxy
-        .call(&plugin, operation, grpc_request, timeout, &trace)
+        .call(
+            &plugin,
+            operation,
+            grpc_request,
+            timeout,
+            &trace,
+            versions.as_ref(),
+        )
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();

@@ -188,7 +188,7 @@ fn a_draining_instance_takes_no_calls_and_is_not_counted_ready() {
     assert_eq!(plugin.status.conditions[0].reason, "Draining");
     assert_eq!(plugin.status.instances_summary(), "0/2");
     assert!(matches!(
-        registry.select(None, Implementation::Any, Some("pg")),
+        registry.select(None, Implementation::Any, Some("pg"), None),
         Err(SelectError::NotReady { .. })
     ));
 }

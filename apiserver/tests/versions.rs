@@ -1,0 +1,151 @@
+//! Version constraints on reconciles: one plugin mid-rollout, its two
+//! instances of different versions (registered by hand in front of two real
+//! hello plugins), each request routed only to instances in its range, the
+//! newest first; no version in range is a 503 naming the Ready versions, a
+//! range that does not parse a 422.
+
+use std::time::Duration;
+
+use kplug_proto::v1alpha1::HeartbeatRequest;
+use kplug_test_support::{BlockingRegistry, Process, StandaloneKplug, heartbeat_request};
+use serde_json::{Value, json};
+
+const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
+
+/// The instance `instance` of `tables` at `address`, of `version`.
+fn instance(instance: &str, address: &str, version: &str) -> HeartbeatRequest {
+    HeartbeatRequest {
+        version: version.to_owned(),
+        ..heartbeat_request("tables", instance, address, Duration::from_secs(60))
+    }
+}
+
+/// A hello plugin, and the address it serves at.
+fn hello(kplug: &StandaloneKplug, name: &str) -> (Process, String) {
+    let process = kplug.plugin(name, &[]);
+    kplug_test_support::wait_until(
+        &format!("{name} registered"),
+        Duration::from_secs(30),
+        || {
+            let output = kplug.kubectl(&["get", "plugin", name, "-o", "jsonpath={.spec.address}"]);
+            let address = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            (!address.is_empty()).then_some(()).ok_or(output.status)
+        },
+    );
+    let address = kplug.kubectl_ok(&["get", "plugin", name, "-o", "jsonpath={.spec.address}"]);
+    (process, address.trim().to_owned())
+}
+
+/// `POST reconciles` (or `plugins/NAME/reconcile`) for databasetables with
+/// `constraint`: the code and the answer.
+fn reconcile(kplug: &StandaloneKplug, path: &str, constraint: &str) -> (u16, Value) {
+    let body = json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {
+            "api": {"group": "myorg.org", "resource": "databasetables"},
+            "versionConstraint": constraint,
+            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "metadata": {"name": "users"}},
+        },
+    });
+    let (code, text) = kplug.curl(
+        "POST",
+        path,
+        &["Content-Type: application/json"],
+        Some(&body.to_string()),
+    );
+    let answer = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (code, answer)
+}
+
+/// Which instances answered `calls` reconciles with `constraint`.
+fn served_by(kplug: &StandaloneKplug, constraint: &str, calls: usize) -> Vec<(String, String)> {
+    let mut served: Vec<(String, String)> = (0..calls)
+        .map(|_| {
+            let (code, answer) = reconcile(kplug, RECONCILES, constraint);
+            assert_eq!(code, 201, "{constraint}: {answer:#}");
+            let plugin = &answer["status"]["plugin"];
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (text(&plugin["instance"]), text(&plugin["version"]))
+        })
+        .collect();
+    served.sort();
+    served.dedup();
+    served
+}
+
+#[test]
+fn reconciles_go_to_the_newest_instance_in_range_and_nowhere_else() {
+    let kplug = StandaloneKplug::start();
+    let (_a, a) = hello(&kplug, "hello-a");
+    let (_b, b) = hello(&kplug, "hello-b");
+    let mut registry = BlockingRegistry::connect(&kplug.grpc);
+    registry.accepted(instance("tables-old", &a, "1.4.2"));
+    registry.accepted(instance("tables-new", &b, "2.0.0"));
+
+    let pair = |instance: &str, version: &str| (instance.to_owned(), version.to_owned());
+    assert_eq!(
+        served_by(&kplug, ">=1.4, <2", 8),
+        [pair("tables-old", "1.4.2")],
+        "only the instance in range"
+    );
+    assert_eq!(served_by(&kplug, ">=2", 8), [pair("tables-new", "2.0.0")]);
+    // Every instance in range takes calls, as every instance does without
+    // a constraint.
+    for constraint in [">=1.4", ""] {
+        assert_eq!(
+            served_by(&kplug, constraint, 8),
+            [pair("tables-new", "2.0.0"), pair("tables-old", "1.4.2")],
+            "{constraint:?}"
+        );
+    }
+    let (_, answer) = reconcile(&kplug, RECONCILES, "^1");
+    assert_eq!(
+        answer["status"]["selection"]["message"],
+        "chose tables (PostgreSQL) by highest version, then name; 1.4.2 is its newest Ready \
+         version in ^1"
+    );
+
+    // No Ready version in range: 503, naming the versions that are.
+    let (code, status) = reconcile(&kplug, RECONCILES, "^3");
+    assert_eq!(
+        (code, &status["reason"], &status["message"]),
+        (
+            503,
+            &json!("ServiceUnavailable"),
+            &json!(
+                "no Ready plugin of databasetables.myorg.org has a version in ^3 (Ready: 1.4.2 \
+                 (tables), 2.0.0 (tables))"
+            )
+        ),
+        "{status:#}"
+    );
+    let pinned = "/apis/plugins.kplug.io/v1alpha1/plugins/tables/reconcile";
+    let (code, status) = reconcile(&kplug, pinned, "<1");
+    assert_eq!(code, 503, "{status:#}");
+    assert_eq!(
+        status["message"],
+        "no Ready plugin named tables has a version in <1 (Ready: 1.4.2 (tables), 2.0.0 (tables))"
+    );
+    let (code, answer) = reconcile(&kplug, pinned, "<2");
+    assert_eq!(
+        (code, &answer["status"]["plugin"]["instance"]),
+        (201, &json!("tables-old"))
+    );
+
+    // A range that does not parse: 422, naming the field.
+    let (code, status) = reconcile(&kplug, RECONCILES, "newest");
+    assert_eq!(
+        (code, &status["reason"]),
+        (422, &json!("Invalid")),
+        "{status:#}"
+    );
+    let cause = &status["details"]["causes"][0];
+    assert_eq!(cause["field"], "spec.versionConstraint", "{status:#}");
+    assert!(
+        cause["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Invalid value: \"newest\": not a semver range (")),
+        "{status:#}"
+    );
+}
