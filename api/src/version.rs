@@ -37,9 +37,18 @@ impl FromStr for VersionConstraint {
 impl VersionConstraint {
     /// Whether `version` (a plugin's declared release) is in range.
     pub fn matches(&self, version: &str) -> bool {
-        let version = version.strip_prefix('v').unwrap_or(version);
-        semver::Version::parse(version).is_ok_and(|v| self.range.matches(&v))
+        release(version).is_some_and(|v| self.range.matches(&v))
     }
+}
+
+/// A plugin's declared release as semver, after a leading `v`.
+fn release(version: &str) -> Option<semver::Version> {
+    semver::Version::parse(version.strip_prefix('v').unwrap_or(version)).ok()
+}
+
+/// The major version of a plugin's declared release, when it is semver.
+pub fn major(version: &str) -> Option<u64> {
+    release(version).map(|v| v.major)
 }
 
 impl fmt::Display for VersionConstraint {
@@ -72,6 +81,8 @@ mod tests {
             assert_eq!(range.matches(version), matches, "{version}");
         }
         assert!(constraint("^2.0.0-rc.1").matches("2.0.0-rc.2"));
+        assert_eq!(major("v2.0.1"), Some(2));
+        assert_eq!(major("1.5"), None);
         assert_eq!(range.to_string(), ">=1.4, <2");
     }
 

@@ -332,6 +332,14 @@ pub struct ReconcileArgs {
     /// Where objects name their preferred implementation (as kplug-operator's flag).
     #[arg(long, default_value = "spec.preferredImplementation")]
     pub preferred_implementation_path: FieldPath,
+    /// The plugin versions that may serve an object that names none (a
+    /// semver range, as kplug-operator's flag).
+    #[arg(long)]
+    pub version_constraint: Option<String>,
+    /// Where objects name the plugin versions that may serve them (as
+    /// kplug-operator's flag).
+    #[arg(long, default_value = "spec.pluginVersion")]
+    pub version_constraint_path: FieldPath,
     /// Sticky: an object bound to an implementation (status.implementation)
     /// only goes to it, as the operator does by default. FollowSelection:
     /// kplug chooses freely.

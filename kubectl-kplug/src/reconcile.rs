@@ -7,6 +7,7 @@ use std::io::Write;
 
 use http::{Method, Request, header};
 use kplug_api::v1alpha1::{ApiSelector, Operation, Reconcile, ReconcileStatus};
+use kplug_operator::binding::{bound_implementation, bound_major_version, version_constraint};
 use kplug_operator::delegate::{Delegation, request_body};
 use kplug_operator::extensions::{Resolver, parse_references};
 use kube::Client;
@@ -47,15 +48,6 @@ async fn read_object(
 /// The string at `path` in the object, when it is a non-empty string.
 fn string_at<'a>(object: &'a DynamicObject, path: &kplug_operator::FieldPath) -> Option<&'a str> {
     path.get(&object.data)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-/// The implementation the operator bound the object to.
-fn bound_implementation(object: &DynamicObject) -> Option<&str> {
-    object
-        .data
-        .pointer("/status/implementation")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
 }
@@ -165,6 +157,11 @@ pub async fn run(
         // As the operator: a required implementation makes a preference moot.
         preferred_implementation: preferred.filter(|_| required.is_none()),
         required_implementation: required.map(str::to_owned),
+        version_constraint: version_constraint(
+            string_at(&object, &args.version_constraint_path),
+            args.version_constraint.as_deref(),
+            required.and(bound_major_version(&object)),
+        ),
         timeout: args.timeout,
         traceparent: None,
     })

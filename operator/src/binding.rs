@@ -1,9 +1,33 @@
 //! Which implementation an object is bound to, and what that asks of the
 //! next delegation. The binding lives in the object's
-//! `status.implementation`.
+//! `status.implementation`, with the major version of the release that
+//! served it in `status.majorVersion`: a sticky object bound to 1.x is
+//! never moved to 2.x until its binding is cleared.
 
 use std::fmt;
 use std::str::FromStr;
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+/// The implementation the object is bound to (`status.implementation`).
+pub fn bound_implementation(object: &DynamicObject) -> Option<&str> {
+    object
+        .data
+        .pointer("/status/implementation")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The major version the object is bound to (`status.majorVersion`), while
+/// it is bound to an implementation.
+pub fn bound_major_version(object: &DynamicObject) -> Option<u64> {
+    bound_implementation(object)?;
+    object
+        .data
+        .pointer("/status/majorVersion")
+        .and_then(Value::as_u64)
+}
 
 /// How an object's implementation is kept once chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +51,22 @@ impl BindingPolicy {
             Self::FollowSelection if finalizing => bound,
             Self::FollowSelection => None,
         }
+    }
+}
+
+/// The version constraint of an object's next call: its own (`own`) or
+/// else the operator's (`default`), narrowed to `bound_major` when its
+/// binding holds one. Comparators joined with commas must all hold.
+pub fn version_constraint(
+    own: Option<&str>,
+    default: Option<&str>,
+    bound_major: Option<u64>,
+) -> Option<String> {
+    let major = bound_major.map(|m| format!(">={m}.0.0, <{}.0.0", m.saturating_add(1)));
+    let asked = own.filter(|c| !c.trim().is_empty()).or(default);
+    match (asked, major) {
+        (Some(asked), Some(major)) => Some(format!("{asked}, {major}")),
+        (asked, major) => asked.map(str::to_owned).or(major),
     }
 }
 
@@ -72,6 +112,28 @@ mod tests {
             BindingPolicy::FollowSelection.required(Some("PostgreSQL"), true),
             Some("PostgreSQL")
         );
+    }
+
+    #[test]
+    fn a_bound_major_narrows_the_objects_or_the_operators_constraint() {
+        assert_eq!(version_constraint(None, None, None), None);
+        assert_eq!(
+            version_constraint(Some(">=1.4"), Some("^1"), None).as_deref(),
+            Some(">=1.4"),
+            "the object's own wins"
+        );
+        assert_eq!(
+            version_constraint(Some(" "), Some("^1"), None).as_deref(),
+            Some("^1")
+        );
+        assert_eq!(
+            version_constraint(None, None, Some(1)).as_deref(),
+            Some(">=1.0.0, <2.0.0")
+        );
+        let both = version_constraint(Some(">=1.4"), None, Some(1)).expect("a constraint");
+        assert_eq!(both, ">=1.4, >=1.0.0, <2.0.0");
+        let parsed: kplug_api::version::VersionConstraint = both.parse().expect("valid");
+        assert!(parsed.matches("1.5.0") && !parsed.matches("2.0.0") && !parsed.matches("1.3.0"));
     }
 
     #[test]

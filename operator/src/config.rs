@@ -13,6 +13,7 @@ use kplug_proto::duration::parse as duration;
 use crate::binding::BindingPolicy;
 use crate::path::FieldPath;
 use crate::status::ObjectStatusLayout;
+use kplug_api::version::VersionConstraint;
 
 /// Leader election on a `coordination.k8s.io/v1` Lease: only the holder
 /// reconciles, so several replicas never write the same object twice.
@@ -51,6 +52,10 @@ pub struct Options {
     pub extensions_path: FieldPath,
     /// Where objects name their preferred implementation.
     pub preferred_implementation_path: FieldPath,
+    /// The plugin versions that may serve objects that name none.
+    pub version_constraint: Option<VersionConstraint>,
+    /// Where objects name the plugin versions that may serve them.
+    pub version_constraint_path: FieldPath,
     pub object_status: ObjectStatusLayout,
     /// Extension resources (`resource.group`) whose changes re-reconcile
     /// the objects that refer to them.
@@ -82,6 +87,8 @@ impl Default for Options {
             binding: BindingPolicy::Sticky,
             extensions_path: FieldPath::parse_static("spec.extensions"),
             preferred_implementation_path: FieldPath::parse_static("spec.preferredImplementation"),
+            version_constraint: None,
+            version_constraint_path: FieldPath::parse_static("spec.pluginVersion"),
             object_status: ObjectStatusLayout::Merged,
             watched_extensions: Vec::new(),
             namespace: None,
@@ -164,6 +171,18 @@ pub struct OperatorArgs {
         default_value = "spec.preferredImplementation"
     )]
     pub preferred_implementation_path: FieldPath,
+    /// The plugin versions that may serve objects that name none, as a
+    /// semver range (e.g. ">=1.4, <2").
+    #[arg(long, env = "KPLUG_OPERATOR_VERSION_CONSTRAINT")]
+    pub version_constraint: Option<VersionConstraint>,
+    /// Where objects name the plugin versions that may serve them (a semver
+    /// range); it wins over --version-constraint.
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_VERSION_CONSTRAINT_PATH",
+        default_value = "spec.pluginVersion"
+    )]
+    pub version_constraint_path: FieldPath,
     /// Write the plugin's objectStatus under status.FIELD instead of
     /// merging its fields into status.
     #[arg(long, env = "KPLUG_OPERATOR_OBJECT_STATUS_FIELD")]
@@ -286,6 +305,8 @@ impl OperatorArgs {
             binding: self.binding,
             extensions_path: self.extensions_path.clone(),
             preferred_implementation_path: self.preferred_implementation_path.clone(),
+            version_constraint: self.version_constraint.clone(),
+            version_constraint_path: self.version_constraint_path.clone(),
             object_status: self
                 .object_status_field
                 .clone()

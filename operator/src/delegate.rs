@@ -28,6 +28,8 @@ pub struct Delegation<'a> {
     pub extensions: &'a [DynamicObject],
     pub preferred_implementation: Option<String>,
     pub required_implementation: Option<String>,
+    /// The plugin versions that may serve (a semver range).
+    pub version_constraint: Option<String>,
     pub timeout: Duration,
     /// Sent as the `traceparent` header, which kplug passes on to the plugin.
     pub traceparent: Option<TraceParent>,
@@ -171,7 +173,7 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
             api: Some(delegation.api.clone()),
             preferred_implementation: delegation.preferred_implementation.clone(),
             required_implementation: delegation.required_implementation.clone(),
-            version_constraint: None,
+            version_constraint: delegation.version_constraint.clone(),
             plugin: None,
         },
         status: None,
@@ -292,6 +294,7 @@ mod tests {
             extensions: &[],
             preferred_implementation: Some("MariaDB".into()),
             required_implementation: Some("PostgreSQL".into()),
+            version_constraint: Some(">=1.4, >=1.0.0, <2.0.0".into()),
             timeout: Duration::from_millis(1500),
             traceparent: None,
         })
@@ -300,6 +303,7 @@ mod tests {
         assert_eq!(json["spec"]["operation"], "Finalize");
         assert_eq!(json["spec"]["timeoutSeconds"], 1);
         assert_eq!(json["spec"]["requiredImplementation"], "PostgreSQL");
+        assert_eq!(json["spec"]["versionConstraint"], ">=1.4, >=1.0.0, <2.0.0");
         assert_eq!(
             json["spec"]["api"],
             json!({"group": "myorg.org", "resource": "databasetables"})

@@ -24,6 +24,7 @@ mod writes;
 pub use events::Events;
 
 use crate::Hooks;
+use crate::binding::{self, bound_implementation, bound_major_version};
 use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
 use crate::extensions::{ExtensionError, Resolver};
@@ -254,6 +255,17 @@ impl Context {
             .binding
             .required(bound_implementation(object), finalizing);
         let preferred = (self.hooks.preferred_implementation)(object, &self.options);
+        let own = self.options.version_constraint_path.get(&object.data);
+        let default = self
+            .options
+            .version_constraint
+            .as_ref()
+            .map(ToString::to_string);
+        let version_constraint = binding::version_constraint(
+            own.and_then(Value::as_str),
+            default.as_deref(),
+            required.and(bound_major_version(object)),
+        );
         let started = Instant::now();
         let answer = delegate::delegate(
             &self.delegation_client,
@@ -264,6 +276,7 @@ impl Context {
                 extensions,
                 preferred_implementation: preferred.filter(|_| required.is_none()),
                 required_implementation: required.map(str::to_owned),
+                version_constraint,
                 timeout: self.options.reconcile_timeout,
                 traceparent: Some(trace),
             },
@@ -421,15 +434,6 @@ impl Context {
             }
         }
     }
-}
-
-/// The implementation the object is bound to (`status.implementation`).
-pub fn bound_implementation(object: &DynamicObject) -> Option<&str> {
-    object
-        .data
-        .pointer("/status/implementation")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
 }
 
 /// The controller's reconcile function: one trace and one span per

@@ -21,6 +21,7 @@ use serde_json::{Map, Value, json};
 /// replace them.
 pub const RESERVED_FIELDS: &[&str] = &[
     "implementation",
+    "majorVersion",
     "plugin",
     "selection",
     "observedGeneration",
@@ -272,9 +273,30 @@ impl Desired<'_> {
         }
         if let Some(binding) = self.binding {
             status.insert("implementation".into(), json!(binding));
+            let major = match outcome {
+                Outcome::Answered(answer) => self.major_version(binding, &answer.plugin.version),
+                Outcome::NotDelegated { .. } => None,
+            };
+            if let Some(major) = major {
+                status.insert("majorVersion".into(), json!(major));
+            }
         }
         status.insert("conditions".into(), Value::Array(conditions));
         status
+    }
+}
+
+impl Desired<'_> {
+    /// The major version the object is bound to with `binding` after an
+    /// answer from a release of `version`: the one recorded while the
+    /// binding holds (calls are narrowed to it), else the answer's.
+    fn major_version(&self, binding: &str, version: &str) -> Option<u64> {
+        let bound = self.current.get("implementation").and_then(Value::as_str);
+        let recorded = self.current.get("majorVersion").and_then(Value::as_u64);
+        match (bound == Some(binding), recorded) {
+            (true, Some(major)) => Some(major),
+            _ => kplug_api::version::major(version),
+        }
     }
 }
 

@@ -35,6 +35,10 @@ struct Args {
     /// status that changes on every reconcile costs the operator a write.
     #[arg(long, env = "KPLUG_REPORT_TRACE_ID")]
     report_trace_id: bool,
+    /// The release it declares, instead of its own (to try upgrades and
+    /// version constraints with one binary).
+    #[arg(long, env = "KPLUG_PLUGIN_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    plugin_version: String,
     #[command(flatten)]
     faults: Faults,
 }
@@ -125,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let mut info = PluginInfo::new("hello", args.api)
-        .version(env!("CARGO_PKG_VERSION"))
+        .version(args.plugin_version)
         .implementation(args.implementation);
     info.labels.extend(args.labels);
 

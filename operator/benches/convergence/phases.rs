@@ -144,6 +144,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
                         extensions: &[],
                         preferred_implementation: None,
                         required_implementation: None,
+                        version_constraint: None,
                         timeout: REQUEST_TIMEOUT,
                         traceparent: None,
                     },

@@ -246,3 +246,35 @@ fn a_call_that_followed_the_binding_keeps_the_reason_for_it() {
         "no Ready plugin implements MariaDB"
     );
 }
+
+#[test]
+fn the_major_version_is_recorded_with_the_binding_and_kept_while_it_holds() {
+    let owned = Owned::default();
+    let mut two = answer(true);
+    two.plugin.version = "2.3.0".into();
+    let major = |current: Value, answer: &ReconcileStatus| {
+        let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(answer));
+        status.get("majorVersion").cloned().unwrap_or_default()
+    };
+    assert_eq!(major(json!({}), &answer(true)), 1, "a new binding");
+    assert_eq!(
+        major(
+            json!({"implementation": "PostgreSQL", "majorVersion": 1}),
+            &two
+        ),
+        1,
+        "kept while the binding holds"
+    );
+    assert_eq!(
+        major(json!({"majorVersion": 1}), &two),
+        2,
+        "the binding was cleared: the answer's"
+    );
+    let mut unversioned = answer(true);
+    unversioned.plugin.version = "latest".into();
+    assert_eq!(
+        major(json!({}), &unversioned),
+        Value::Null,
+        "not semver: none"
+    );
+}
