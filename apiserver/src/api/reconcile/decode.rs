@@ -527,8 +527,10 @@ impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Nested<T> {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        // Empty: the value itself began with `]`, which closed one of the
+        // wrapping arrays; in the body serde_json found no value there.
         seq.next_element_seed(Nested::<T>::new(self.0 - 1))?
-            .ok_or_else(|| serde::de::Error::invalid_length(0, &self))
+            .ok_or_else(|| serde::de::Error::custom("expected value"))
     }
 }
 
