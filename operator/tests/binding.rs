@@ -70,26 +70,8 @@ fn a_sticky_object_rebinds_only_when_its_binding_is_cleared() {
     world.apply("pinned", "size: 2, preferredImplementation: Beta");
     served("Alpha", 2);
     // The README's way to rebind: clear the binding, then nudge the object.
-    world.cluster.kubectl_ok(&[
-        "patch",
-        "widget",
-        "pinned",
-        "-n",
-        "default",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"implementation":null}}"#,
-    ]);
-    world.cluster.kubectl_ok(&[
-        "annotate",
-        "widget",
-        "pinned",
-        "-n",
-        "default",
-        "kplug.io/reconcile-requested-at=now",
-        "--overwrite",
-    ]);
+    world.clear_binding("pinned");
+    world.request_reconcile("pinned", "now");
     served("Beta", 2);
     let object = world.get("pinned").expect("pinned");
     assert_eq!(

@@ -27,15 +27,7 @@ fn wait_status(world: &Widgets, name: &str, what: &str, check: impl Fn(&Value) -
 /// saying which plugin served it.
 fn nudge_and_wait(world: &Widgets, log: &Lines, name: &str, served_by: &str) {
     log.drain();
-    world.cluster.kubectl_ok(&[
-        "annotate",
-        "widget",
-        name,
-        "-n",
-        "default",
-        "--overwrite",
-        &format!("kplug.io/reconcile-requested-at={}", jiff::Timestamp::now()),
-    ]);
+    world.request_reconcile(name, &jiff::Timestamp::now().to_string());
     let object = format!("/{name}.default");
     log.wait_for(
         Duration::from_secs(30),
@@ -84,15 +76,7 @@ fn a_bound_object_keeps_its_major_version_until_its_binding_is_cleared() {
         let out = world.cluster.kubectl(&["get", "plugin", "widgets-v1"]);
         (!out.status.success()).then_some(()).ok_or("still listed")
     });
-    world.cluster.kubectl_ok(&[
-        "annotate",
-        "widget",
-        "bound",
-        "-n",
-        "default",
-        "--overwrite",
-        "kplug.io/reconcile-requested-at=waiting",
-    ]);
+    world.request_reconcile("bound", "waiting");
     wait_until("bound: waiting for 1.x", Duration::from_secs(60), || {
         let ready = world.ready("bound")?;
         let message = ready["message"].as_str().unwrap_or_default();
@@ -111,17 +95,7 @@ fn a_bound_object_keeps_its_major_version_until_its_binding_is_cleared() {
     );
 
     // Clearing the binding (README, "Binding") lets it move to 2.x.
-    world.cluster.kubectl_ok(&[
-        "patch",
-        "widget",
-        "bound",
-        "-n",
-        "default",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"implementation":null}}"#,
-    ]);
+    world.clear_binding("bound");
     nudge_and_wait(&world, &log, "bound", "widgets-v2");
     wait_status(&world, "bound", "bound to Hello 2.x", |s| {
         s["implementation"] == "Hello"

@@ -198,6 +198,35 @@ impl Widgets {
         ));
     }
 
+    /// Clears the Widget's binding, as the README says to rebind it.
+    pub fn clear_binding(&self, name: &str) {
+        self.cluster.kubectl_ok(&[
+            "patch",
+            "widget",
+            name,
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"implementation":null}}"#,
+        ]);
+    }
+
+    /// Asks for a reconcile of the Widget now (the README's annotation),
+    /// with `value`, which must differ from the last one.
+    pub fn request_reconcile(&self, name: &str, value: &str) {
+        self.cluster.kubectl_ok(&[
+            "annotate",
+            "widget",
+            name,
+            "-n",
+            "default",
+            "--overwrite",
+            &format!("kplug.io/reconcile-requested-at={value}"),
+        ]);
+    }
+
     pub fn get(&self, name: &str) -> Result<Value, String> {
         let output = self
             .cluster
