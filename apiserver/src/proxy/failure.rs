@@ -147,8 +147,8 @@ fn unreachable(status: &tonic::Status, connect_timeout: Duration) -> String {
     }
     // The plugin's own UNAVAILABLE, or a transport failure without an I/O
     // error, such as hyper's "connection closed before message completed".
-    if is_hyper_closed(status) {
-        return "closed the connection during the call".to_owned();
+    if let Some(closed) = hyper_closed(status) {
+        return closed.to_owned();
     }
     let text = text(status);
     match status.code() {
@@ -203,9 +203,18 @@ fn io_error_kind(status: &tonic::Status) -> Option<ErrorKind> {
     sources(status).find_map(|e| e.downcast_ref::<std::io::Error>().map(std::io::Error::kind))
 }
 
-fn is_hyper_closed(status: &tonic::Status) -> bool {
-    sources(status).any(|e| {
-        e.downcast_ref::<hyper::Error>()
-            .is_some_and(|h| h.is_incomplete_message() || h.is_closed() || h.is_canceled())
-    })
+/// How hyper saw the connection close, when it did: a request it had
+/// queued is cancelled before it was sent, so the plugin never saw it.
+fn hyper_closed(status: &tonic::Status) -> Option<&'static str> {
+    sources(status)
+        .filter_map(|e| e.downcast_ref::<hyper::Error>())
+        .find_map(|h| {
+            if h.is_canceled() {
+                Some("closed the connection before the call reached it")
+            } else if h.is_incomplete_message() || h.is_closed() {
+                Some("closed the connection during the call")
+            } else {
+                None
+            }
+        })
 }
