@@ -493,43 +493,55 @@ fn decode_nested<T: DeserializeOwned>(
         wrapped.extend(std::iter::repeat_n(b']', depth));
     }
     let mut reader = serde_json::Deserializer::from_slice(&wrapped);
-    Nested::<T>::new(depth)
-        .deserialize(&mut reader)
-        .map_err(|e| (e, depth))
-}
-
-/// A `T` inside `.0` single-element arrays.
-struct Nested<T>(usize, std::marker::PhantomData<T>);
-
-impl<T> Nested<T> {
-    fn new(depth: usize) -> Self {
-        Self(depth, std::marker::PhantomData)
+    let mut decoded = None;
+    let outcome = Nested::new(depth, &mut decoded).deserialize(&mut reader);
+    match (outcome, decoded) {
+        (Ok(()), Some(value)) => Ok(value),
+        // Not `whole`: the rest of the body follows the value inside the
+        // wrapping arrays, which serde_json calls trailing characters of
+        // the innermost one; only whether the value decoded counts.
+        (Err(_), Some(value)) if !whole => Ok(value),
+        (Err(e), _) => Err((e, depth)),
+        (Ok(()), None) => Err((serde::de::Error::custom("expected value"), depth)),
     }
 }
 
-impl<'de, T: serde::Deserialize<'de>> DeserializeSeed<'de> for Nested<T> {
-    type Value = T;
+/// A `T` inside `depth` single-element arrays, put in `decoded`.
+struct Nested<'d, T> {
+    depth: usize,
+    decoded: &'d mut Option<T>,
+}
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
-        if self.0 == 0 {
-            T::deserialize(deserializer)
+impl<'d, T> Nested<'d, T> {
+    fn new(depth: usize, decoded: &'d mut Option<T>) -> Self {
+        Self { depth, decoded }
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> DeserializeSeed<'de> for Nested<'_, T> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        if self.depth == 0 {
+            *self.decoded = Some(T::deserialize(deserializer)?);
+            Ok(())
         } else {
             deserializer.deserialize_seq(self)
         }
     }
 }
 
-impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Nested<T> {
-    type Value = T;
+impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Nested<'_, T> {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a value nested in arrays")
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         // Empty: the value itself began with `]`, which closed one of the
         // wrapping arrays; in the body serde_json found no value there.
-        seq.next_element_seed(Nested::<T>::new(self.0 - 1))?
+        seq.next_element_seed(Nested::new(self.depth - 1, self.decoded))?
             .ok_or_else(|| serde::de::Error::custom("expected value"))
     }
 }
