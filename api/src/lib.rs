@@ -1,9 +1,10 @@
 //! The types of kplug's API group `plugins.kplug.io`: what the server
 //! serves and what clients (the operator library, kubectl plugins) send and
 //! read. Like `k8s.io/api`, this crate holds types and pure rules over them
-//! (which plugin serves a request, [`selection`]), no behaviour that needs
-//! IO.
+//! (which plugin serves a request, [`selection`]; what a plugin may answer,
+//! [`answer`]), no behaviour that needs IO.
 
+pub mod answer;
 pub mod selection;
 pub mod v1alpha1;
 pub mod version;

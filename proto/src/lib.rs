@@ -23,6 +23,17 @@ pub mod v1alpha1 {
         format!("{plugin}.{IDENTITY_SUFFIX}")
     }
 
+    /// How a result's `severity` reads in kplug's API
+    /// (`ReconcileResult.severity`): `Normal`, `Warning` or `Error`; an
+    /// unspecified or unknown value reads as `Normal`.
+    pub fn severity_name(severity: i32) -> &'static str {
+        match Severity::try_from(severity) {
+            Ok(Severity::Warning) => "Warning",
+            Ok(Severity::Error) => "Error",
+            _ => "Normal",
+        }
+    }
+
     /// The plugin whose identity `server_name` is, if it is one.
     pub fn plugin_of(server_name: &str) -> Option<&str> {
         server_name

@@ -6,32 +6,21 @@
 
 use std::time::Duration;
 
-use kplug_proto::v1alpha1 as proto;
+use kplug_api::answer;
 use serde::Serialize;
 
-use super::checks;
 use super::decode::{Object, Request};
 use crate::api::status::ApiError;
 use crate::proxy::Answered;
-use crate::v1alpha1::{
-    API_VERSION, Plugin, PluginRef, Reconcile, ReconcileResult, ReconcileStatus, ResultCondition,
-    Selection,
-};
+use crate::v1alpha1::{API_VERSION, Plugin, PluginRef, Reconcile, ReconcileStatus, Selection};
 
 /// Room for everything but the object and extensions: the envelope and a
 /// typical status, so that the buffer is allocated once.
 const ANSWER_OVERHEAD: usize = 1024;
 
-fn severity(value: i32) -> &'static str {
-    match proto::Severity::try_from(value) {
-        Ok(proto::Severity::Warning) => "Warning",
-        Ok(proto::Severity::Error) => "Error",
-        _ => "Normal",
-    }
-}
-
 /// The status from the plugin's reply to a request that sent `extensions`;
-/// an answer [`checks`] refuses is the caller's `500`, naming the plugin.
+/// an answer [`answer::checked`] refuses is the caller's `500`, naming the
+/// plugin.
 pub fn status(
     plugin: &Plugin,
     selection: Selection,
@@ -41,12 +30,12 @@ pub fn status(
     extensions: &[Object<'_>],
 ) -> Result<ReconcileStatus, ApiError> {
     let Answered {
-        response: mut answer,
+        response,
         instance,
         version,
     } = answered;
     let name = plugin.name();
-    let statuses = checks::answer(&mut answer, extensions).map_err(|error| {
+    let answer = answer::checked(response, extensions.iter().map(|e| e.raw)).map_err(|error| {
         tracing::warn!(plugin = name, %error, "the plugin's answer is refused");
         ApiError::Internal(format!("plugin {name} returned an invalid answer: {error}"))
     })?;
@@ -59,31 +48,11 @@ pub fn status(
         },
         selection,
         success: answer.success,
-        results: answer
-            .results
-            .into_iter()
-            .map(|r| ReconcileResult {
-                severity: severity(r.severity).to_owned(),
-                reason: r.reason,
-                message: r.message,
-            })
-            .collect(),
-        conditions: answer
-            .conditions
-            .into_iter()
-            .map(|c| ResultCondition {
-                type_: c.r#type,
-                status: c.status,
-                reason: c.reason,
-                message: c.message,
-            })
-            .collect(),
-        object_status: statuses.object,
-        extension_statuses: statuses.extensions,
-        requeue_after_seconds: answer
-            .requeue_after
-            .and_then(|d| Duration::try_from(d).ok())
-            .map(|d| d.as_secs_f64()),
+        results: answer.results,
+        conditions: answer.conditions,
+        object_status: answer.object_status,
+        extension_statuses: answer.extension_statuses,
+        requeue_after_seconds: answer.requeue_after_seconds,
         operation_id,
         duration_milliseconds: elapsed.as_secs_f64() * 1000.0,
     })
@@ -186,7 +155,7 @@ pub fn body(request: &Request<'_>, status: &ReconcileStatus) -> Result<Vec<u8>, 
 mod tests {
     use super::super::decode;
     use super::*;
-    use crate::v1alpha1::SelectionReason;
+    use crate::v1alpha1::{ReconcileResult, SelectionReason};
 
     fn sample_status() -> ReconcileStatus {
         ReconcileStatus {

@@ -6,7 +6,6 @@
 //! slices of the request's buffer.
 
 mod answer;
-mod checks;
 mod decode;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod differential;
@@ -30,8 +29,8 @@ use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
 use crate::version::VersionConstraint;
-pub use checks::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use decode::{Object, Request, Spec};
+pub use kplug_api::answer::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 
 /// Query parameters of a create.
 #[derive(Debug, Default, Deserialize)]

@@ -1,24 +1,27 @@
-//! What kplug refuses of a plugin's answer, before any of it reaches the
-//! caller: a plugin is code kplug does not control, and what it answers is
-//! written by the operator into objects that kube-apiserver stores in etcd.
+//! What kplug makes of a plugin's answer, before any of it reaches the
+//! caller: the plugin's part of a Reconcile's status, checked. A plugin is
+//! code kplug does not control, and what it answers is written by the
+//! operator into objects that kube-apiserver stores in etcd. kplug's
+//! reconciles and `kubectl kplug render` both read answers with [`checked`].
 //!
 //! A status must be a JSON object (the `status` of a Kubernetes object is
 //! one), nested at most [`MAX_STATUS_DEPTH`] levels and at most
 //! [`MAX_STATUS_BYTES`] long; an extension status must name an extension
-//! the plugin was sent. The caller gets one `500 InternalError` naming the
-//! plugin and the field, as kube-apiserver words a webhook's invalid
-//! answer, and nothing of the answer.
+//! the plugin was sent. kplug answers the caller one `500 InternalError`
+//! naming the plugin and the field, as kube-apiserver words a webhook's
+//! invalid answer, and nothing of the answer.
 //!
 //! Results and conditions are not counted: a plugin may report one per
 //! change it made (the PostgreSQL plugin, one per column), and refusing the
 //! answer after the changes were made would lose them; the gRPC message
 //! limit bounds their number.
 
-use kplug_proto::v1alpha1 as proto;
-use serde::Deserialize;
+use std::time::Duration;
 
-use super::decode::Object;
-use crate::v1alpha1::{ExtensionStatus, ObjectRef};
+use kplug_proto::v1alpha1 as proto;
+use serde::{Deserialize, Serialize};
+
+use crate::v1alpha1::{ExtensionStatus, ObjectRef, ReconcileResult, ResultCondition};
 
 /// etcd's default `--max-request-bytes` (1.5 MiB): the largest object
 /// kube-apiserver can store. A status this long alone can never be
@@ -59,25 +62,39 @@ pub enum BadAnswer {
     NotSent { field: String, reference: String },
 }
 
-/// The statuses of an answer, checked.
-pub struct Statuses {
-    pub object: Option<serde_json::Value>,
-    pub extensions: Vec<ExtensionStatus>,
+/// A plugin's answer as kplug reports it: the fields of
+/// [`ReconcileStatus`](crate::v1alpha1::ReconcileStatus) that come from the
+/// plugin, in the same names.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginAnswer {
+    pub success: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ReconcileResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ResultCondition>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_status: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extension_statuses: Vec<ExtensionStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requeue_after_seconds: Option<f64>,
 }
 
-/// Checks `answer` from a plugin sent `extensions`, taking its statuses.
-pub fn answer(
-    answer: &mut proto::ReconcileResponse,
-    extensions: &[Object<'_>],
-) -> Result<Statuses, BadAnswer> {
-    let object = status("status.objectStatus", &answer.object_status)?;
-    let reported = std::mem::take(&mut answer.extension_statuses);
+/// Checks `answer` from a plugin that was sent the extensions `sent` (their
+/// JSON, read only when the answer has extension statuses).
+pub fn checked<'a>(
+    answer: proto::ReconcileResponse,
+    sent: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<PluginAnswer, BadAnswer> {
+    let object_status = status("status.objectStatus", &answer.object_status)?;
     // Read only when needed: most answers carry no extension status.
-    let sent = match reported.is_empty() {
-        true => SentExtensions::read(&[]),
-        false => SentExtensions::read(extensions),
+    let sent = match answer.extension_statuses.is_empty() {
+        true => SentExtensions(Vec::new()),
+        false => SentExtensions::read(sent),
     };
-    let extensions = reported
+    let extension_statuses = answer
+        .extension_statuses
         .into_iter()
         .enumerate()
         .map(|(i, e)| {
@@ -97,7 +114,34 @@ pub fn answer(
             })
         })
         .collect::<Result<_, BadAnswer>>()?;
-    Ok(Statuses { object, extensions })
+    Ok(PluginAnswer {
+        success: answer.success,
+        results: answer
+            .results
+            .into_iter()
+            .map(|r| ReconcileResult {
+                severity: proto::severity_name(r.severity).to_owned(),
+                reason: r.reason,
+                message: r.message,
+            })
+            .collect(),
+        conditions: answer
+            .conditions
+            .into_iter()
+            .map(|c| ResultCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        object_status,
+        extension_statuses,
+        requeue_after_seconds: answer
+            .requeue_after
+            .and_then(|d| Duration::try_from(d).ok())
+            .map(|d| d.as_secs_f64()),
+    })
 }
 
 /// The status at `field` (protobuf bytes of JSON), checked; `None` when the
@@ -204,11 +248,11 @@ impl SentExtensions {
     /// Reads the identities of `extensions` (only called when the answer
     /// has extension statuses). Each was decoded before it was sent, so it
     /// reads; one that does not is matched by nothing.
-    fn read(extensions: &[Object<'_>]) -> Self {
+    fn read<'a>(extensions: impl IntoIterator<Item = &'a [u8]>) -> Self {
         Self(
             extensions
-                .iter()
-                .map(|e| serde_json::from_slice(e.raw).unwrap_or_default())
+                .into_iter()
+                .map(|raw| serde_json::from_slice(raw).unwrap_or_default())
                 .collect(),
         )
     }
@@ -243,7 +287,6 @@ impl SentExtensions {
 mod tests {
     use kplug_proto::v1alpha1::ObjectReference;
 
-    use super::super::decode::Head;
     use super::*;
 
     fn nested(levels: usize) -> Vec<u8> {
@@ -301,10 +344,7 @@ mod tests {
     #[test]
     fn an_extension_status_must_name_an_extension_sent() {
         let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"ns"},"spec":{}}"#;
-        let sent = SentExtensions::read(&[Object {
-            raw,
-            head: Head::default(),
-        }]);
+        let sent = SentExtensions::read([&raw[..]]);
         let reference = |namespace: &str, name: &str| ObjectReference {
             api_version: "example.com/v1".to_owned(),
             kind: "Widget".to_owned(),
@@ -319,17 +359,14 @@ mod tests {
             Err("extensionStatuses[1].ref: Invalid value: \"example.com/v1 Widget other/w\": names no extension the plugin was sent".to_owned())
         );
         assert!(sent.check("f", &reference("ns", "x")).is_err());
-        let nothing = SentExtensions::read(&[]);
+        let nothing = SentExtensions::read([]);
         assert!(nothing.check("f", &reference("", "w")).is_err());
     }
 
     #[test]
     fn an_answer_gives_its_statuses_checked_and_an_extension_status_is_required() {
         let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}"#;
-        let sent = [Object {
-            raw,
-            head: Head::default(),
-        }];
+        let sent = [&raw[..]];
         let reported = |status: &[u8]| proto::ExtensionStatus {
             r#ref: Some(ObjectReference {
                 api_version: "example.com/v1".to_owned(),
@@ -339,24 +376,60 @@ mod tests {
             }),
             status: status.to_vec(),
         };
-        let mut ok = proto::ReconcileResponse {
+        let ok = proto::ReconcileResponse {
             object_status: br#"{"a":1}"#.to_vec(),
             extension_statuses: vec![reported(br#"{"b":2}"#)],
             ..proto::ReconcileResponse::default()
         };
-        let statuses = answer(&mut ok, &sent).expect("a valid answer");
-        assert_eq!(statuses.object, Some(serde_json::json!({"a": 1})));
-        assert_eq!(statuses.extensions[0].status, serde_json::json!({"b": 2}));
-        assert_eq!(statuses.extensions[0].reference.name, "w");
-        let mut empty = proto::ReconcileResponse {
+        let checked_ok = checked(ok, sent).expect("a valid answer");
+        assert_eq!(checked_ok.object_status, Some(serde_json::json!({"a": 1})));
+        assert_eq!(
+            checked_ok.extension_statuses[0].status,
+            serde_json::json!({"b": 2})
+        );
+        assert_eq!(checked_ok.extension_statuses[0].reference.name, "w");
+        let empty = proto::ReconcileResponse {
             extension_statuses: vec![reported(b"")],
             ..proto::ReconcileResponse::default()
         };
         assert_eq!(
-            answer(&mut empty, &sent)
-                .map(|s| s.object)
+            checked(empty, sent)
+                .map(|s| s.object_status)
                 .map_err(|e| e.to_string()),
             Err("status.extensionStatuses[0].status: Required value".to_owned())
+        );
+    }
+
+    #[test]
+    fn results_conditions_and_requeue_read_as_kplug_reports_them() {
+        let answer = proto::ReconcileResponse {
+            success: false,
+            results: vec![proto::Result {
+                severity: proto::Severity::Error as i32,
+                reason: "UnknownColumnType".to_owned(),
+                message: "column id: blob9".to_owned(),
+            }],
+            conditions: vec![proto::Condition {
+                r#type: "Synced".to_owned(),
+                status: "False".to_owned(),
+                reason: "UnknownColumnType".to_owned(),
+                message: String::new(),
+            }],
+            requeue_after: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 500_000_000,
+            }),
+            ..proto::ReconcileResponse::default()
+        };
+        let read = checked(answer, []).expect("a valid answer");
+        assert_eq!(
+            serde_json::to_value(&read).expect("serializes"),
+            serde_json::json!({
+                "success": false,
+                "results": [{"severity": "Error", "reason": "UnknownColumnType", "message": "column id: blob9"}],
+                "conditions": [{"type": "Synced", "status": "False", "reason": "UnknownColumnType"}],
+                "requeueAfterSeconds": 1.5,
+            })
         );
     }
 }
