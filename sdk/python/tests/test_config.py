@@ -230,3 +230,22 @@ def test_allowing_unauthenticated_clients() -> None:
             assert parse(tls, environ).allow_unauthenticated_clients
         else:
             assert not parse([], environ).allow_unauthenticated_clients
+
+
+def test_serving_locally_drops_the_registry_and_tls() -> None:
+    # kubectl kplug render sets KPLUG_LOCAL_ADDRESS_FILE in a shell whose
+    # cluster settings (an https:// registry without its CA, certificates)
+    # must not stop the plugin from serving locally.
+    environ = {
+        "KPLUG_LOCAL_ADDRESS_FILE": "/tmp/address",
+        "KPLUG_REGISTRY": "https://kplug.kplug-system.svc:8444",
+        "KPLUG_TLS_CERT_FILE": "/tls.crt",
+        "KPLUG_ISSUED_IDENTITY": "true",
+    }
+    config = parse([], environ)
+    assert config.local_address_file == "/tmp/address"
+    assert config.registry is None
+    assert config.tls_cert_file is None
+    assert not config.issued_identity
+    with pytest.raises(ValueError, match="registry-ca-file"):
+        parse([], {**environ, "KPLUG_LOCAL_ADDRESS_FILE": ""})

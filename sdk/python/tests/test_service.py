@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -314,3 +315,18 @@ def test_stop_drains_in_flight_calls(serve: Serve, client_for: ClientFor) -> Non
     with pytest.raises(grpc.RpcError) as error:
         client.reconcile(TRICKY_OBJECT, timeout=2)
     assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_serving_locally_writes_the_address_and_heartbeats_nowhere(tmp_path: Path) -> None:
+    # As kubectl kplug render starts a plugin: the registry and TLS settings it inherits are not used.
+    address_file = tmp_path / "address"
+    config = kplug.Config(
+        registry="https://kplug.kplug-system.svc:8444",
+        listen="127.0.0.1:0",
+        tls_cert_file="/nonexistent/tls.crt",
+        tls_key_file="/nonexistent/tls.key",
+        local_address_file=str(address_file),
+    )
+    with kplug.serve(Minimal(), config) as server:
+        assert address_file.read_text() == f"127.0.0.1:{server.port}"
+        assert server.heartbeat_status is None

@@ -41,6 +41,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--allow-unauthenticated-clients` | `KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS` | off |
 /// | `--server-name` | `KPLUG_SERVER_NAME` | none: the advertised host |
 /// | `--issued-identity` | `KPLUG_ISSUED_IDENTITY` | off |
+/// | `--local-address-file` | `KPLUG_LOCAL_ADDRESS_FILE` | none: serve for kplug |
 ///
 /// kplug's standalone registry speaks plain gRPC (`http://`) and needs
 /// neither of the last two. In cluster mode (`kplug-apiserver serve`) the
@@ -222,6 +223,13 @@ pub struct Config {
     /// of the advertised address].
     #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_SERVER_NAME"))]
     pub server_name: Option<String>,
+
+    /// Serve without kplug, as `kubectl kplug render` runs a plugin: no
+    /// heartbeats and plain gRPC (the registry and TLS settings are not
+    /// used); once listening, write the address (`127.0.0.1:PORT`) to this
+    /// file.
+    #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_LOCAL_ADDRESS_FILE"))]
+    pub local_address_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -242,6 +250,7 @@ impl Default for Config {
             allow_unauthenticated_clients: false,
             issued_identity: false,
             server_name: None,
+            local_address_file: None,
         }
     }
 }
@@ -345,6 +354,14 @@ impl Config {
     #[must_use]
     pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
         self.server_name = Some(server_name.into());
+        self
+    }
+
+    /// Serves without kplug, writing the listening address to this file;
+    /// see the field.
+    #[must_use]
+    pub fn local_address_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.local_address_file = Some(path.into());
         self
     }
 }

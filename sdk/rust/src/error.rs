@@ -93,6 +93,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The listening address cannot be written to
+    /// [`Config::local_address_file`](crate::Config::local_address_file).
+    #[error("cannot write the listening address to {}", path.display())]
+    WriteLocalAddress {
+        /// The file as configured.
+        path: std::path::PathBuf,
+        /// Why writing failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// The plugin's gRPC server failed while serving.
     #[error("the gRPC server failed")]
     Serve(#[source] tonic::transport::Error),

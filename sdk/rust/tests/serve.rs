@@ -512,6 +512,37 @@ async fn calls_outliving_the_drain_timeout_are_cancelled() {
 }
 
 #[tokio::test]
+async fn serving_locally_writes_the_address_and_never_heartbeats() {
+    // As kubectl kplug render starts a plugin: TLS settings it inherits are
+    // not used, and the registry hears nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("address");
+    let config = Config::default()
+        .tls("/nonexistent/tls.crt", "/nonexistent/tls.key")
+        .local_address_file(&file);
+    let mut running = Running::start(Echo::default(), config).await;
+    let answer = running
+        .client
+        .reconcile(request(&object("a", json!({}))))
+        .await
+        .expect("a plain gRPC call")
+        .into_inner();
+    assert!(answer.success);
+    // Written before the server answered anything.
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        running.address.to_string()
+    );
+    running.shut_down();
+    tokio::time::timeout(PATIENCE, &mut running.served)
+        .await
+        .expect("serve did not return in time")
+        .expect("serve panicked")
+        .expect("served without an error");
+    running.registry.assert_quiet();
+}
+
+#[tokio::test]
 async fn a_taken_port_is_a_bind_error() {
     let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = Config::default()

@@ -46,6 +46,9 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
   CA from the same answers. Needs an ``https://`` registry and ``--token-file``; excludes
   ``--tls-cert-file``, ``--tls-key-file``, ``--client-ca-file``, ``--allow-unauthenticated-clients``
   and ``--server-name``. Needs the ``cryptography`` package (``pip install 'kplug[identity]'``).
+- ``--local-address-file PATH`` / ``KPLUG_LOCAL_ADDRESS_FILE``: serve without kplug, as
+  ``kubectl kplug render`` runs a plugin: no heartbeats and plain gRPC (the registry and TLS
+  settings are not used); once listening, the address (``127.0.0.1:PORT``) is written to PATH.
 
 Durations are written as in the Rust SDK: ``500ms``, ``5s``, ``2m``, ``1h`` or
 a bare number of seconds. The flags, environment variables and defaults
@@ -66,7 +69,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Where kplug's registry listens when run locally.
 DEFAULT_REGISTRY = "127.0.0.1:50051"
@@ -135,6 +138,9 @@ class Config:
     #: (:mod:`kplug.identity`) instead of certificate files; see
     #: :func:`check_issued_identity`.
     issued_identity: bool = False
+    #: Serve without kplug (``kubectl kplug render``): no heartbeats, plain
+    #: gRPC, and the listening address written to this file once serving.
+    local_address_file: str | None = None
 
 
 def default_instance(environ: Mapping[str, str] | None = None) -> str:
@@ -205,6 +211,20 @@ def check_issued_identity(config: Config) -> None:
         raise ValueError(f"{flag} accepts only kplug's client certificate: drop --allow-unauthenticated-clients")
     if config.server_name:
         raise ValueError(f"{flag} certifies NAME.plugins.kplug.io, the name kplug verifies: drop --server-name")
+
+
+def local(config: Config) -> Config:
+    """``config`` as served with :attr:`Config.local_address_file`: without a registry or TLS."""
+    return replace(
+        config,
+        registry=None,
+        tls_cert_file=None,
+        tls_key_file=None,
+        client_ca_file=None,
+        allow_unauthenticated_clients=False,
+        server_name="",
+        issued_identity=False,
+    )
 
 
 def parse_bool(text: str) -> bool:
@@ -458,6 +478,13 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "registry and --token-file (env KPLUG_ISSUED_IDENTITY=true; default: off)",
     )
     group.add_argument(
+        "--local-address-file",
+        default=env("KPLUG_LOCAL_ADDRESS_FILE"),
+        metavar="PATH",
+        help="serve without kplug, as kubectl kplug render runs a plugin: no heartbeats, plain gRPC, and "
+        "the listening address written to PATH (env KPLUG_LOCAL_ADDRESS_FILE)",
+    )
+    group.add_argument(
         "--log-level",
         type=str.upper,
         choices=_LOG_LEVELS,
@@ -475,7 +502,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
     TLS options that do not fit together (:func:`check_serving_tls`,
     :func:`check_issued_identity`).
     """
-    check_registry(args.registry, args.registry_ca_file)
+    if not args.local_address_file:
+        check_registry(args.registry, args.registry_ca_file)
     labels = dict(args.labels) if args.labels is not None else parse_labels(environ.get("KPLUG_LABELS", ""))
     try:
         allow_unauthenticated_clients = parse_bool(args.allow_unauthenticated_clients or "")
@@ -503,7 +531,10 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         allow_unauthenticated_clients=allow_unauthenticated_clients,
         server_name=args.server_name,
         issued_identity=issued_identity,
+        local_address_file=args.local_address_file,
     )
+    if config.local_address_file:
+        return local(config)
     # First: its refusals name the flags that --issued-identity replaces.
     check_issued_identity(config)
     check_serving_tls(args.tls_cert_file, args.tls_key_file, args.client_ca_file, allow_unauthenticated_clients)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from kplug.config import (
     check_registry,
     check_serving_tls,
     default_instance,
+    local,
 )
 from kplug.heartbeat import Accepted, Failed, Heartbeater, HeartbeatStatus, Refused
 from kplug.identity import IdentityError, IssuedIdentity
@@ -170,6 +172,8 @@ def serve(plugin: Plugin, config: Config | None = None) -> Server:
 def _serve(plugin: Plugin, config: Config | None, shutdown: threading.Event | None) -> Server:
     """:func:`serve`; ``shutdown`` set while waiting for the first issued certificate raises :class:`_StoppedError`."""
     config = config or Config()
+    if config.local_address_file:
+        config = local(config)
     name = config.name or plugin.name
     check_name(name)
     api = ApiRef.parse(plugin.api)
@@ -225,6 +229,13 @@ def _serve(plugin: Plugin, config: Config | None, shutdown: threading.Event | No
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     if heartbeater is not None and identity is None:
         heartbeater.start()
+    if config.local_address_file:
+        try:
+            _write_address(config.local_address_file, address)
+        except OSError as error:
+            grpc_server.stop(None)
+            executor.shutdown(wait=False)
+            raise ServeError(f"cannot write the listening address to {config.local_address_file}: {error}") from error
     _log.info(
         "serving plugin %r%s (%s, %s %s) on port %d (%s), advertised as %s%s",
         name,
@@ -248,6 +259,14 @@ def _serve(plugin: Plugin, config: Config | None, shutdown: threading.Event | No
         heartbeater=heartbeater,
         drain_timeout=config.drain_timeout,
     )
+
+
+def _write_address(path: str, address: str) -> None:
+    """Writes ``address`` to ``path`` whole: to a file beside it, then renamed, so that a reader never sees half."""
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as file:
+        file.write(address)
+    os.replace(partial, path)
 
 
 def _read_registry_ca(path: str | None) -> bytes | None:

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,7 +107,7 @@ pub struct Server<P> {
     local_addr: SocketAddr,
     info: PluginInfo,
     instance: String,
-    heartbeater: Heartbeater,
+    announce: Announce,
     drain_timeout: Duration,
     tls: Option<Arc<ServingTls>>,
     identity: Option<Arc<IssuedIdentity>>,
@@ -146,6 +147,9 @@ impl<P: Plugin> Server<P> {
     /// certificate without a client CA), [`Error::Bind`] and
     /// [`Error::InvalidAdvertiseAddress`].
     pub async fn bind(plugin: P, mut info: PluginInfo, config: Config) -> Result<Self, Error> {
+        if let Some(path) = config.local_address_file.clone() {
+            return Self::bind_local(plugin, info, config, path).await;
+        }
         // Checked before binding: a plugin that cannot heartbeat is useless.
         let registry_ca = match &config.registry_ca_file {
             Some(path) => {
@@ -175,25 +179,12 @@ impl<P: Plugin> Server<P> {
             (None, Some(identity)) => Some(Arc::new(ServingTls::Issued(identity.subscribe()))),
             (None, None) => None,
         };
-        let bind_error = |source| Error::Bind {
-            address: config.listen,
-            source,
-        };
-        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
-        let local_addr = listener.local_addr().map_err(bind_error)?;
-
+        let (listener, local_addr) = listen(config.listen).await?;
         let advertise = config
             .advertise
             .or_else(|| (!info.address.is_empty()).then(|| info.address.clone()));
         info.address = advertised_address(advertise.as_deref(), local_addr)?;
-        if let Some(name) = config.name {
-            info.name = name;
-        }
-        for capability in CAPABILITIES {
-            if !info.capabilities.iter().any(|c| c == capability) {
-                info.capabilities.push(capability.to_owned());
-            }
-        }
+        declare(&mut info, config.name);
         let instance = config.instance.unwrap_or_else(heartbeat::default_instance);
         let mut heartbeater = Heartbeater::new(config.registry, info.clone())
             .instance(instance.clone())
@@ -216,10 +207,34 @@ impl<P: Plugin> Server<P> {
             local_addr,
             info,
             instance,
-            heartbeater,
+            announce: Announce::Registry(Box::new(heartbeater)),
             drain_timeout: config.drain_timeout,
             tls,
             identity,
+        })
+    }
+
+    /// [`bind`](Self::bind) for `config.local_address_file`: no registry,
+    /// no TLS, the address written to `path` once the server runs.
+    async fn bind_local(
+        plugin: P,
+        mut info: PluginInfo,
+        config: Config,
+        path: PathBuf,
+    ) -> Result<Self, Error> {
+        let (listener, local_addr) = listen(config.listen).await?;
+        info.address = advertised_address(None, local_addr)?;
+        declare(&mut info, config.name);
+        Ok(Self {
+            plugin: Arc::new(plugin),
+            listener,
+            local_addr,
+            info,
+            instance: String::new(),
+            announce: Announce::LocalFile(path),
+            drain_timeout: config.drain_timeout,
+            tls: None,
+            identity: None,
         })
     }
 
@@ -239,9 +254,14 @@ impl<P: Plugin> Server<P> {
         &self.instance
     }
 
-    /// Observes the heartbeats; see [`Heartbeater::status`].
+    /// Observes the heartbeats; see [`Heartbeater::status`]. Serving
+    /// locally ([`Config::local_address_file`]) there are none: the status
+    /// stays empty.
     pub fn heartbeat_status(&self) -> watch::Receiver<Status> {
-        self.heartbeater.status()
+        match &self.announce {
+            Announce::Registry(heartbeater) => heartbeater.status(),
+            Announce::LocalFile(_) => watch::channel(Status::default()).1,
+        }
     }
 
     /// Serves the Plugin service and gRPC health, and heartbeats, until
@@ -281,12 +301,17 @@ impl<P: Plugin> Server<P> {
             local_addr,
             info,
             instance: _,
-            heartbeater,
+            announce,
             drain_timeout,
             tls,
             identity,
         } = self;
 
+        // Before serving: once the address is there, calls are answered
+        // (the port is bound, and connections wait in its backlog).
+        if let Announce::LocalFile(path) = &announce {
+            write_address(path, local_addr).await?;
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_service_status(SERVICE_NAME, ServingStatus::Serving)
@@ -312,8 +337,13 @@ impl<P: Plugin> Server<P> {
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_accepting))
             }
         });
-        let heartbeat_status = heartbeater.status();
-        let mut heartbeats = heartbeater.start()?;
+        let (heartbeat_status, mut heartbeats) = match announce {
+            Announce::Registry(heartbeater) => (heartbeater.status(), Some(heartbeater.start()?)),
+            Announce::LocalFile(path) => {
+                info!(file = %path.display(), "serving locally, without kplug: no heartbeats");
+                (watch::channel(Status::default()).1, None)
+            }
+        };
         info!(
             %local_addr,
             address = %info.address,
@@ -329,11 +359,14 @@ impl<P: Plugin> Server<P> {
         let mut heartbeats_ended = None;
         let mut refused = None;
         tokio::select! {
-            () = &mut shutdown => info!(
-                "shutting down: telling kplug, then draining in-flight calls, then deregistering"
-            ),
+            () = &mut shutdown => match heartbeats {
+                Some(_) => info!(
+                    "shutting down: telling kplug, then draining in-flight calls, then deregistering"
+                ),
+                None => info!("shutting down: draining in-flight calls"),
+            },
             ended = &mut server => server_ended = Some(ended),
-            ended = heartbeats.ended() => heartbeats_ended = Some(ended),
+            ended = ended(heartbeats.as_mut()) => heartbeats_ended = Some(ended),
             error = identity_refused(identity.as_deref(), heartbeat_status) => {
                 warn!(%error, "stopping: the plugin cannot serve without its certificate");
                 refused = Some(error);
@@ -342,7 +375,10 @@ impl<P: Plugin> Server<P> {
 
         // Draining first: kplug stops routing new calls here, while the
         // server still answers those already on their way.
-        if server_ended.is_none() && heartbeats_ended.is_none() {
+        if let Some(heartbeats) = heartbeats
+            .as_mut()
+            .filter(|_| server_ended.is_none() && heartbeats_ended.is_none())
+        {
             heartbeats.drain().await;
         }
         for name in [SERVICE_NAME, ""] {
@@ -373,21 +409,76 @@ impl<P: Plugin> Server<P> {
         };
 
         // Deregistering last: nothing is left for kplug to call.
-        let heartbeat_result = match heartbeats_ended {
-            Some(ended) => ended,
-            None => match tokio::time::timeout(DEREGISTER_WAIT, heartbeats.stop()).await {
-                Ok(stopped) => stopped,
-                Err(_) => {
-                    warn!("the heartbeats did not stop in time; abandoning them");
-                    Ok(())
+        let heartbeat_result = match (heartbeats_ended, heartbeats) {
+            (Some(ended), _) => ended,
+            (None, None) => Ok(()),
+            (None, Some(heartbeats)) => {
+                match tokio::time::timeout(DEREGISTER_WAIT, heartbeats.stop()).await {
+                    Ok(stopped) => stopped,
+                    Err(_) => {
+                        warn!("the heartbeats did not stop in time; abandoning them");
+                        Ok(())
+                    }
                 }
-            },
+            }
         };
         info!("stopped");
         match refused {
             Some(error) => Err(error),
             None => server_result.and(heartbeat_result),
         }
+    }
+}
+
+/// How the plugin makes itself known.
+enum Announce {
+    /// Heartbeats to kplug's registry.
+    Registry(Box<Heartbeater>),
+    /// The listening address, written to this file (`kubectl kplug render`).
+    LocalFile(PathBuf),
+}
+
+/// Binds `address`; returns the listener and the address it got.
+async fn listen(address: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let bind_error = |source| Error::Bind { address, source };
+    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local_addr))
+}
+
+/// Completes the declaration: the configured name, and the capabilities
+/// the SDK serves.
+fn declare(info: &mut PluginInfo, name: Option<String>) {
+    if let Some(name) = name {
+        info.name = name;
+    }
+    for capability in CAPABILITIES {
+        if !info.capabilities.iter().any(|c| c == capability) {
+            info.capabilities.push(capability.to_owned());
+        }
+    }
+}
+
+/// Writes `address` to `path` whole: to a file beside it, then renamed, so
+/// that a reader never sees half of it.
+async fn write_address(path: &Path, address: SocketAddr) -> Result<(), Error> {
+    let error = |source| Error::WriteLocalAddress {
+        path: path.to_owned(),
+        source,
+    };
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    tokio::fs::write(&partial, address.to_string())
+        .await
+        .map_err(error)?;
+    tokio::fs::rename(&partial, path).await.map_err(error)
+}
+
+/// The heartbeats' end; never, when there are none.
+async fn ended(heartbeats: Option<&mut heartbeat::Heartbeats>) -> Result<(), Error> {
+    match heartbeats {
+        Some(heartbeats) => heartbeats.ended().await,
+        None => std::future::pending().await,
     }
 }
 
