@@ -120,6 +120,45 @@ Examples:
   # Keep the manifests in a kustomization instead
   kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 -n plugins > hello.yaml";
 
+const RENDER_ABOUT: &str = "\
+Run a plugin on your machine on objects from files, with no cluster and no
+kplug, and print its answer: what kplug would answer a reconcile with.
+
+The first document of the -f files is the object, every further one an
+extension object it is sent with (as the operator resolves spec.extensions);
+YAML or JSON, several documents per file, - for stdin. Each must be a
+Kubernetes object: apiVersion, kind and metadata.name.
+
+The plugin is COMMAND, started here with KPLUG_LOCAL_ADDRESS_FILE and
+KPLUG_LISTEN=127.0.0.1:0 in its environment: a plugin built with kplug's
+SDKs (Rust or Python) then serves plain gRPC on a free port without
+heartbeating, and says where. What it logs goes to stderr; it is stopped
+(SIGTERM, then SIGKILL after 5s) once it has answered. --plugin-address
+calls a plugin that is already running instead, serving plain gRPC.
+
+The plugin does its work unless --dry-run is given, which it must honour by
+changing nothing. Prints the outcome as YAML (-o json for JSON): success,
+results, conditions, the object's status, the extensions' statuses and when
+to reconcile again. Exits 0 when the plugin succeeded and 1 when it reported
+a failure (the outcome is printed), or when it could not be asked (a file
+that is not an object, a plugin that does not start or does not answer in
+time; nothing is printed on stdout).";
+
+const RENDER_EXAMPLES: &str = "\
+Examples:
+  # Reconcile a Greeting with the Rust hello plugin, built from this repository
+  kubectl kplug render -f greeting.yaml -- target/debug/hello-plugin
+
+  # A DatabaseTable and its extension, planned but not applied, by the PostgreSQL plugin
+  kubectl kplug render -f table.yaml -f table-postgresql.yaml --dry-run -- \\
+    database-table-postgresql-plugin --dsn postgresql://localhost/shop
+
+  # The object is being deleted: call Finalize
+  kubectl kplug render -f greeting.yaml --finalize -- target/debug/hello-plugin
+
+  # A plugin you started yourself, e.g. in a debugger
+  kubectl kplug render -f greeting.yaml --plugin-address 127.0.0.1:50052";
+
 const COMPLETION_EXAMPLES: &str = "\
 Examples:
   # bash: load completions for kubectl-kplug in the current shell
@@ -174,6 +213,15 @@ pub enum Command {
         override_usage = "kubectl kplug plugins [RESOURCE] [options]"
     )]
     Plugins(PluginsArgs),
+    /// Run a plugin locally on objects from files and print its answer
+    #[command(
+        long_about = RENDER_ABOUT,
+        before_help = RENDER_EXAMPLES,
+        after_help = MORE,
+        help_template = TEMPLATE,
+        override_usage = "kubectl kplug render -f FILE [-f FILE...] [options] (-- COMMAND [ARGS...] | --plugin-address HOST:PORT)"
+    )]
+    Render(RenderArgs),
     /// Print the manifests of a kplug object (plugin)
     #[command(subcommand, help_template = TEMPLATE, after_help = MORE)]
     Create(CreateCommand),
@@ -232,6 +280,36 @@ pub struct CreatePluginArgs {
     /// PodDisruptionBudget as policy/v1beta1, for Kubernetes before 1.21.
     #[arg(long)]
     pub pdb_v1beta1: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("plugin").required(true).args(["command", "plugin_address"]))]
+pub struct RenderArgs {
+    /// A file of objects: the first document is the object, the rest its
+    /// extensions; - reads stdin. Repeat for more files.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Call Finalize, as for an object being deleted, instead of Reconcile.
+    #[arg(long)]
+    pub finalize: bool,
+    /// The plugin plans and reports, and changes nothing (dryRun).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Call this running plugin (plain gRPC) instead of starting COMMAND.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub plugin_address: Option<String>,
+    /// The plugin's deadline, sent with the call.
+    #[arg(long, default_value = "30s", value_parser = kplug_proto::duration::parse)]
+    pub timeout: Duration,
+    /// How long COMMAND may take to start serving.
+    #[arg(long, default_value = "30s", value_parser = kplug_proto::duration::parse)]
+    pub start_timeout: Duration,
+    /// The outcome as yaml or json.
+    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+    pub output: Format,
+    /// The plugin's command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// Only the shells the README documents.

@@ -73,6 +73,12 @@ pub enum Error {
     Timeout(String),
     #[error("kplug refused the request: {0}")]
     Rejected(String),
+    /// `kubectl kplug render`'s plugin command did not start serving.
+    #[error("the plugin did not start: {0}")]
+    PluginNotStarted(String),
+    /// `kubectl kplug render` got no answer it can print.
+    #[error("{0}")]
+    PluginAnswer(String),
     /// The plugin answered and reported a failure; its outcome is printed.
     #[error("the plugin reported a failure: {0}")]
     PluginFailed(String),

@@ -11,6 +11,7 @@ mod error;
 mod output;
 mod plugins;
 mod reconcile;
+mod render;
 mod resource;
 
 use std::io::Write;
@@ -33,6 +34,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let connection = connect::connect(&cli.connection).await?;
             plugins::run(&connection.client, args).await
         }
+        Command::Render(args) => render::run(args).await,
         Command::Create(CreateCommand::Plugin(args)) => {
             let namespace = connect::namespace(&cli.connection).await;
             let objects = create::manifests(args, &namespace)?;

@@ -5,20 +5,21 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
-use kplug_api::v1alpha1::{Plugin, ReconcileStatus, Selection};
+use kplug_api::v1alpha1::{Plugin, ReconcileResult, ReconcileStatus, Selection};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
 
 /// `-o json`: indented, as kubectl prints it.
-pub fn json(value: &Value) -> Result<String, Error> {
+pub fn json(value: &impl Serialize) -> Result<String, Error> {
     serde_json::to_string_pretty(value)
         .map(|text| text + "\n")
         .map_err(|e| Error::Output(e.to_string()))
 }
 
 /// `-o yaml`.
-pub fn yaml(value: &Value) -> Result<String, Error> {
+pub fn yaml(value: &impl Serialize) -> Result<String, Error> {
     serde_saphyr::to_string(value).map_err(|e| Error::Output(e.to_string()))
 }
 
@@ -178,12 +179,11 @@ fn is_empty(value: &Value) -> bool {
 
 /// The first result a failed reconcile reports that is not Normal, as
 /// `Reason: message`, for the error line.
-pub fn failure_summary(status: &ReconcileStatus) -> String {
-    status
-        .results
+pub fn failure_summary(results: &[ReconcileResult]) -> String {
+    results
         .iter()
         .find(|r| r.severity != "Normal")
-        .or(status.results.first())
+        .or(results.first())
         .map_or_else(
             || "it gave no reason".to_owned(),
             |r| format!("{}: {}", r.reason, r.message),
@@ -370,7 +370,7 @@ Operation ID:   op-1
             "databasetable.myorg.org/users NOT reconciled: the plugin reported a failure\nPlugin:"
         ));
         assert_eq!(
-            failure_summary(&failed),
+            failure_summary(&failed.results),
             "UnknownColumnType: created table users (2 columns)"
         );
     }

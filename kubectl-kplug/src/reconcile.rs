@@ -194,6 +194,8 @@ pub async fn run(
     if outcome.success {
         Ok(())
     } else {
-        Err(Error::PluginFailed(output::failure_summary(&outcome)))
+        Err(Error::PluginFailed(output::failure_summary(
+            &outcome.results,
+        )))
     }
 }

@@ -51,6 +51,19 @@ impl Plugin {
             .expect("run kubectl kplug")
     }
 
+    /// `kubectl kplug ARGS...`, killed by `timeout` after `seconds` (exit
+    /// 124), so that a hang fails a test instead of stalling it.
+    pub fn bounded(&self, seconds: u32, args: &[&str]) -> Output {
+        let mut command = Command::new("timeout");
+        command
+            .args(["--kill-after=5", &seconds.to_string(), KUBECTL, "kplug"])
+            .args(args)
+            .env("PATH", &self.path)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null());
+        command.output().expect("run timeout kubectl kplug")
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(KUBECTL);
         command
