@@ -5,7 +5,8 @@
 //! kube-apiserver is one SubjectAccessReview per new name until it has been
 //! denied 20 times in 10 s; then kplug refuses its names without review,
 //! while its own name, allowed and cached, is still accepted. The reviews
-//! are counted from kplug's metrics.
+//! are counted from kplug's metrics, and the log lines of its refusals are
+//! bounded too.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ const NAMES: usize = 1_000;
 const CONCURRENCY: usize = 16;
 /// kplug's bound on an identity's denied heartbeats per 10 s window.
 const DENIALS: usize = 20;
+/// kplug's bound on the log lines of refused heartbeats per 10 s window.
+const LOG_LINES: u64 = 20;
 
 /// kplug's metrics, read as kube-apiserver's front proxy would.
 fn scrape(cluster: &ControlPlane, kplug: &AggregatedKplug) -> Samples {
@@ -76,6 +79,12 @@ fn a_plugin_declaring_plugin_after_plugin_is_refused_at_a_bounded_number_of_revi
         CONCURRENCY,
     );
     let after = denials(&scrape(&cluster, &kplug));
+    let logged = kplug
+        .log
+        .drain()
+        .iter()
+        .filter(|line| line.contains("heartbeat refused"))
+        .count();
     assert_eq!(flood.accepted + flood.refused, 0, "{flood:?}");
     assert_eq!(
         flood.failed, flood.sent,
@@ -99,6 +108,16 @@ fn a_plugin_declaring_plugin_after_plugin_is_refused_at_a_bounded_number_of_revi
         flood.sent,
         flood.elapsed.as_millis(),
         after - before
+    );
+    // Its refusals' log lines: at most kplug's 20 per 10 s window, in each
+    // window the flood touched.
+    let windows = flood.elapsed.as_secs() / 10 + 2;
+    eprintln!("hostile (cluster): {logged} 'heartbeat refused' lines in kplug's log");
+    assert!(
+        (1..=(LOG_LINES * windows) as usize).contains(&logged),
+        "{logged} refusal lines for {} refused heartbeats in {:?}",
+        flood.sent,
+        flood.elapsed
     );
     // A review per name until the identity's 20th denial, and those in
     // flight then (at most one per caller); none after.

@@ -1,6 +1,7 @@
 //! Heartbeat ingest: the gRPC `Registry` service that plugins call.
 
 mod denials;
+mod log_budget;
 mod metrics;
 pub(crate) mod validate;
 
@@ -19,6 +20,7 @@ pub use metrics::HeartbeatMetrics;
 pub use validate::{FieldError, Invalid, declaration};
 
 use denials::Denials;
+use log_budget::{LogBudget, Verdict};
 
 use crate::auth::delegated::Delegated;
 use crate::auth::{Attributes, AuthError};
@@ -54,6 +56,8 @@ pub struct HeartbeatService {
     metrics: HeartbeatMetrics,
     /// Identities denied lately, whose further denials cost no review.
     denials: Arc<Denials>,
+    /// Log lines left for refusals.
+    refusal_lines: Arc<LogBudget>,
 }
 
 /// A refused caller in gRPC's words; a review that could not be made is
@@ -85,6 +89,7 @@ impl HeartbeatService {
             signer: None,
             metrics: HeartbeatMetrics::default(),
             denials: Arc::default(),
+            refusal_lines: Arc::new(LogBudget::new(Instant::now())),
         }
     }
 
@@ -227,6 +232,22 @@ fn server_protocol() -> Protocol {
 }
 
 impl HeartbeatService {
+    /// One line per refused heartbeat, within [`log_budget`]'s bound.
+    fn log_refusal(&self, plugin: &str, reason: &str) {
+        match self.refusal_lines.spend(Instant::now()) {
+            Verdict::Log { left_out: 0 } => tracing::info!(plugin, reason, "heartbeat refused"),
+            Verdict::Log { left_out } => tracing::info!(
+                plugin,
+                reason,
+                left_out,
+                "heartbeat refused ({left_out} refusals before it not logged: more than {} within {:?})",
+                log_budget::LINES,
+                log_budget::WINDOW,
+            ),
+            Verdict::LeaveOut => {}
+        }
+    }
+
     /// Takes one heartbeat: the answer for the metrics, and the reply.
     async fn take(
         &self,
@@ -235,7 +256,7 @@ impl HeartbeatService {
         let registered_by = match self.authorize(&request, &request.get_ref().name).await {
             Ok(registered_by) => registered_by,
             Err(status) => {
-                tracing::info!(plugin = %request.get_ref().name, reason = %status.message(), "heartbeat refused");
+                self.log_refusal(&request.get_ref().name, status.message());
                 return (rejection(&status), Err(status));
             }
         };
@@ -289,7 +310,7 @@ impl HeartbeatService {
                 })),
             ),
             Err(refusal) => {
-                tracing::info!(plugin = %name, reason = refusal.reason(), "heartbeat refused: {refusal}");
+                self.log_refusal(&name, &format!("{}: {refusal}", refusal.reason()));
                 let reply = self.refusal(interval, refusal.reason(), refusal.to_string());
                 (Answer::Refused(refusal.reason()), Ok(Response::new(reply)))
             }
