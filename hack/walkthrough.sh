@@ -266,11 +266,13 @@ start_control_plane() {
   note "kube-apiserver $KPLUG_APISERVER_VERSION at $KPLUG_APISERVER_URL"
 }
 
-# token NAMESPACE SERVICEACCOUNT FILE: a TokenRequest token into FILE.
+# token NAMESPACE SERVICEACCOUNT FILE [AUDIENCE]: a TokenRequest token into
+# FILE, for AUDIENCE (default: kube-apiserver's own).
 token() {
-  local request="$DIR/token-request.json" answer
-  printf '{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": %d}}\n' \
-    "$TOKEN_SECONDS" >"$request"
+  local request="$DIR/token-request.json" answer audiences=""
+  [ -z "${4:-}" ] || audiences=", \"audiences\": [\"$4\"]"
+  printf '{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": %d%s}}\n' \
+    "$TOKEN_SECONDS" "$audiences" >"$request"
   answer="$(k create --raw "/api/v1/namespaces/$1/serviceaccounts/$2/token" -f "$request")" ||
     fail "TokenRequest for $1/$2 failed"
   (umask 077 && python3 -c 'import json, sys; print(json.load(sys.stdin)["status"]["token"])' \
@@ -470,8 +472,9 @@ start_plugins() {
     crd/databasetablepostgresqlextensions.myorg.org >/dev/null || fail "the CRDs are not Established"
   identity "$EXAMPLE/deploy/postgresql-plugin.yaml"
   identity "$EXAMPLE/deploy/mariadb-plugin.yaml"
-  token plugins "$PG_PLUGIN" "$DIR/postgresql-plugin.token"
-  token plugins "$MARIADB_PLUGIN" "$DIR/mariadb-plugin.token"
+  # Plugins' tokens are for kplug's registry (its --plugin-token-audience).
+  token plugins "$PG_PLUGIN" "$DIR/postgresql-plugin.token" plugins.kplug.io
+  token plugins "$MARIADB_PLUGIN" "$DIR/mariadb-plugin.token" plugins.kplug.io
   local registry=(--registry "https://localhost:$KPLUG_GRPC" --registry-ca-file "$CERTS/ca.crt"
     --heartbeat-interval 1s)
   start_bg postgresql-plugin "$DIR/postgresql-plugin.log" "$VENV/bin/python" -m postgresql_plugin \

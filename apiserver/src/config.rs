@@ -81,6 +81,12 @@ pub struct ClusterConfig {
     /// kubeconfig for talking to kube-apiserver; default: in-cluster, or $KUBECONFIG.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// The audience plugins' heartbeat tokens must be issued for (projected
+    /// ServiceAccount tokens with this audience); their TokenReviews ask for
+    /// it alone. Empty: tokens for kube-apiserver's own audiences, which
+    /// kplug could then replay to kube-apiserver.
+    #[arg(long, default_value = kplug_proto::v1alpha1::TOKEN_AUDIENCE)]
+    pub plugin_token_audience: String,
     /// How long TokenReview answers are cached.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authentication_cache_ttl: Duration,

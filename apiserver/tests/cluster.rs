@@ -6,6 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::{Postgres, venv_python};
 use kplug_test_support::{
@@ -131,6 +132,29 @@ fn kplug_behind_a_real_kube_apiserver() {
         });
     let listed = cluster.kubectl_ok(&["get", "plugins", "-o", "name"]);
     assert!(!listed.contains("no-role"), "{listed}");
+
+    // A token for kube-apiserver rather than for kplug's registry (the
+    // role is right): refused, saying which audience a plugin needs.
+    let token_wrong = plugin_identity(
+        &cluster,
+        "for-apiserver",
+        Some("for-apiserver"),
+        work.path(),
+    );
+    std::fs::write(&token_wrong, cluster.token("plugins", "for-apiserver"))
+        .expect("replace the token");
+    let _for_apiserver = hello_plugin(&kplug, "for-apiserver", &token_wrong);
+    let refused = kplug.log.wait_for(
+        Duration::from_secs(20),
+        "a heartbeat refused for its token's audience",
+        |l| l.contains("heartbeat refused") && l.contains("for-apiserver"),
+    );
+    assert!(
+        refused.contains("ServiceAccount token for audience") && refused.contains(TOKEN_AUDIENCE),
+        "{refused}"
+    );
+    let listed = cluster.kubectl_ok(&["get", "plugins", "-o", "name"]);
+    assert!(!listed.contains("for-apiserver"), "{listed}");
 
     // Another identity, even one allowed to use the name, cannot take over a live plugin.
     let token_thief = plugin_identity(&cluster, "thief", Some("hello-a"), work.path());
@@ -393,7 +417,9 @@ fn kplug_behind_a_real_kube_apiserver() {
         plugins,
     );
     assert_eq!(code, 401, "{body}");
-    // A valid token authenticates, and authorization still applies.
+    // A plugin's heartbeat token is for kplug's registry only: not even
+    // kplug's API takes it (it reviews API tokens for kube-apiserver's
+    // audiences, as kube-apiserver would).
     let (_, code, body) = kplug.curl(
         None,
         &[&format!(
@@ -402,9 +428,19 @@ fn kplug_behind_a_real_kube_apiserver() {
         )],
         plugins,
     );
+    assert_eq!(code, 401, "a heartbeat token is not an API token: {body}");
+    // A token for kube-apiserver authenticates, and authorization still applies.
+    let (_, code, body) = kplug.curl(
+        None,
+        &[&format!(
+            "Authorization: Bearer {}",
+            cluster.token("plugins", "hello-a")
+        )],
+        plugins,
+    );
     assert_eq!(
         code, 403,
-        "a plugin's token may heartbeat, not list: {body}"
+        "a plugin's ServiceAccount may heartbeat, not list: {body}"
     );
     // Probes need nothing. Ready only after the warm-up (an hour here):
     // a new replica must hear every plugin first.

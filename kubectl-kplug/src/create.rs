@@ -9,6 +9,7 @@
 //! kplug keeps in the namespace, and the identity kplug issues, so no
 //! certificate is made by hand); a PodDisruptionBudget keeping one pod up.
 
+use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use serde_json::{Value, json};
 
 use crate::cli::CreatePluginArgs;
@@ -155,7 +156,7 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
                         }],
                         "volumes": [
                             {"name": "kplug-token", "projected": {"sources": [
-                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600, "audience": TOKEN_AUDIENCE}},
                             ]}},
                             {"name": "kplug-trust", "configMap": {"name": TRUST_CONFIG_MAP}},
                             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},

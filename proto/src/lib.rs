@@ -17,6 +17,13 @@ pub mod v1alpha1 {
     /// the plugin named.
     pub const IDENTITY_SUFFIX: &str = "plugins.kplug.io";
 
+    /// The audience of the ServiceAccount tokens plugins heartbeat with (a
+    /// projected token, `serviceAccountToken.audience`). kplug asks
+    /// kube-apiserver to review a heartbeat's token for this audience only,
+    /// so the token a plugin sends kplug is of no use against
+    /// kube-apiserver, and a token for kube-apiserver is refused.
+    pub const TOKEN_AUDIENCE: &str = "plugins.kplug.io";
+
     /// The identity of plugin `plugin`: the DNS name its certificate holds
     /// and kplug verifies, `NAME.plugins.kplug.io`.
     pub fn identity(plugin: &str) -> String {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use serde_json::{Value, json};
 
 use crate::kubectl::{self, KUBECTL};
@@ -115,13 +116,30 @@ impl ControlPlane {
         self.kubectl_ok(&["apply", "-f", &file.to_string_lossy()]);
     }
 
-    /// A one-hour token of a ServiceAccount, from the TokenRequest API
-    /// (no controller-manager runs, so there are no token Secrets).
+    /// A one-hour token of a ServiceAccount for kube-apiserver, from the
+    /// TokenRequest API (no controller-manager runs, so there are no token
+    /// Secrets).
     pub fn token(&self, namespace: &str, service_account: &str) -> String {
+        self.token_for(namespace, service_account, &[])
+    }
+
+    /// A one-hour token of a ServiceAccount for kplug's registry: issued for
+    /// its audience, as a plugin's projected token is.
+    pub fn plugin_token(&self, namespace: &str, service_account: &str) -> String {
+        self.token_for(namespace, service_account, &[TOKEN_AUDIENCE])
+    }
+
+    /// A one-hour token for `audiences` (none: kube-apiserver's own).
+    fn token_for(&self, namespace: &str, service_account: &str, audiences: &[&str]) -> String {
         let request = self.dir.join("token-request.json");
+        let mut spec = json!({"expirationSeconds": 3600});
+        if !audiences.is_empty() {
+            spec["audiences"] = json!(audiences);
+        }
         std::fs::write(
             &request,
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}).to_string(),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+                .to_string(),
         )
         .expect("write the TokenRequest");
         let path =

@@ -15,8 +15,9 @@ use crate::workspace::workspace_binary;
 
 /// A plugin's identity as a chart would make it: the ServiceAccount
 /// `plugins/NAME`, allowed to heartbeat as the plugin `heartbeat_as` only
-/// (`None`: no role at all), and a token of it in `dir/NAME.token`, whose
-/// path this returns. The namespace `plugins` must exist.
+/// (`None`: no role at all), and a token of it for kplug's registry in
+/// `dir/NAME.token`, whose path this returns. The namespace `plugins` must
+/// exist.
 pub fn plugin_identity(
     cluster: &ControlPlane,
     name: &str,
@@ -25,7 +26,7 @@ pub fn plugin_identity(
 ) -> PathBuf {
     cluster.service_account_with_role(name, heartbeat_as);
     let token_file = dir.join(format!("{name}.token"));
-    std::fs::write(&token_file, cluster.token("plugins", name))
+    std::fs::write(&token_file, cluster.plugin_token("plugins", name))
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", token_file.display()));
     token_file
 }

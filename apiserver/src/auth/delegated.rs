@@ -354,14 +354,21 @@ impl Delegated {
             PeerIdentity::Anonymous => {}
         }
         match bearer_token(headers) {
-            Some(token) => self.review_token(token).await,
+            Some(token) => self.review_token(token, None).await,
             None => Err(AuthError::Unauthenticated("Unauthorized".to_owned())),
         }
     }
 
-    /// Authenticates a bearer token with a (cached) TokenReview.
-    pub async fn review_token(&self, token: &str) -> Result<User, AuthError> {
-        let key = sha256(token);
+    /// Authenticates a bearer token with a (cached) TokenReview; with an
+    /// `audience`, only a token issued for it (kube-apiserver reviews it
+    /// for that audience alone, and must say so in its answer).
+    pub async fn review_token(
+        &self,
+        token: &str,
+        audience: Option<&str>,
+    ) -> Result<User, AuthError> {
+        // A token accepted for one audience is not for another.
+        let key = sha256(&format!("{}\n{token}", audience.unwrap_or_default()));
         let cached = self.tokens.get(&key);
         self.metrics.lookup(Cache::Token, cached.is_some());
         if let Some(cached) = cached {
@@ -370,7 +377,7 @@ impl Delegated {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
-                audiences: None,
+                audiences: audience.map(|audience| vec![audience.to_owned()]),
             },
             ..TokenReview::default()
         };
@@ -384,7 +391,18 @@ impl Delegated {
                 AuthError::TokenReview(e)
             })?;
         let status = reviewed.status.unwrap_or_default();
+        let for_audience = audience.is_none_or(|audience| {
+            status
+                .audiences
+                .as_ref()
+                .is_some_and(|audiences| audiences.iter().any(|a| a == audience))
+        });
         let outcome = match (status.authenticated, status.user) {
+            (Some(true), Some(_)) if !for_audience => Err(format!(
+                "Unauthorized: the token is not for audience {:?} (its review names {:?})",
+                audience.unwrap_or_default(),
+                status.audiences.unwrap_or_default()
+            )),
             (Some(true), Some(info)) => Ok(User {
                 name: info.username.unwrap_or_default(),
                 groups: info.groups.unwrap_or_default(),

@@ -51,6 +51,8 @@ pub struct HeartbeatService {
     /// Cluster mode: who may heartbeat under which name. Without it
     /// (standalone mode, loopback only) callers are trusted.
     auth: Option<Arc<Delegated>>,
+    /// The audience heartbeat tokens must be issued for; `None`: any.
+    token_audience: Option<String>,
     /// Signs plugins' certificate requests; without it they are refused.
     signer: Option<Arc<Signer>>,
     metrics: HeartbeatMetrics,
@@ -86,11 +88,18 @@ impl HeartbeatService {
         Self {
             registry,
             auth,
+            token_audience: None,
             signer: None,
             metrics: HeartbeatMetrics::default(),
             denials: Arc::default(),
             refusal_lines: Arc::new(LogBudget::new(Instant::now())),
         }
+    }
+
+    /// Accepts only tokens issued for `audience` (empty: any).
+    pub fn with_token_audience(mut self, audience: &str) -> Self {
+        self.token_audience = (!audience.is_empty()).then(|| audience.to_owned());
+        self
     }
 
     /// Signs the certificate requests of authorized heartbeats with `signer`.
@@ -127,7 +136,19 @@ impl HeartbeatService {
                     "a ServiceAccount token is required: send it as \"authorization: Bearer TOKEN\" (the SDKs' --token-file)",
                 )
             })?;
-        let user = auth.review_token(token).await.map_err(grpc_status)?;
+        let audience = self.token_audience.as_deref();
+        let user =
+            auth.review_token(token, audience)
+                .await
+                .map_err(|error| match (error, audience) {
+                    (AuthError::Unauthenticated(message), Some(audience)) => {
+                        Status::unauthenticated(format!(
+                            "{message}; plugins heartbeat with a ServiceAccount token for audience \
+                         {audience:?} (a projected token: serviceAccountToken.audience)"
+                        ))
+                    }
+                    (error, _) => grpc_status(error),
+                })?;
         let attributes = Attributes::heartbeat(name);
         let now = Instant::now();
         let over = self.denials.over(&user.name, now);

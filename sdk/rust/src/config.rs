@@ -52,8 +52,9 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 ///   PEM of the CA that signed it, e.g. the `kplug-ca` ConfigMap mounted
 ///   into the pod. The name checked is the URL's host. There is no default
 ///   trust store, so `https://` without a CA file fails at start.
-/// - `--token-file` is a Kubernetes ServiceAccount token, e.g. a projected
-///   token volume, sent as `authorization: Bearer <token>` with every
+/// - `--token-file` is a Kubernetes ServiceAccount token, a projected token
+///   volume for the audience `plugins.kplug.io` (what kplug reviews
+///   heartbeat tokens for), sent as `authorization: Bearer <token>` with every
 ///   heartbeat and the deregistration. The file is read afresh for each, as
 ///   the kubelet rotates projected tokens. A missing or unreadable file is
 ///   logged and the heartbeat goes out without a token, so kplug's refusal

@@ -101,8 +101,9 @@
 //!   mounted into the pod. Required for an `https://` registry, which is
 //!   verified against it and nothing else; without it the plugin fails at
 //!   start with [`Error::RegistryTls`].
-//! - `--token-file` (`KPLUG_TOKEN_FILE`): the ServiceAccount token, e.g. a
-//!   projected token volume, sent as `authorization: Bearer <token>` with
+//! - `--token-file` (`KPLUG_TOKEN_FILE`): the ServiceAccount token, a
+//!   projected token volume for the audience `plugins.kplug.io` (kplug
+//!   refuses tokens for other audiences), sent as `authorization: Bearer <token>` with
 //!   every heartbeat and the deregistration. It is reread every time, as
 //!   the kubelet rotates it; a missing or unreadable file is logged and the
 //!   heartbeat goes out without a token.

@@ -19,8 +19,8 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
 - ``--label KEY=VALUE`` (repeatable) / ``KPLUG_LABELS`` (``k=v,k=v``): labels for the Plugin object.
 - ``--max-workers N`` / ``KPLUG_MAX_WORKERS``: calls served at once; default 10.
 - ``--log-level LEVEL`` / ``KPLUG_LOG_LEVEL``: default ``INFO``.
-- ``--token-file PATH`` / ``KPLUG_TOKEN_FILE``: a Kubernetes ServiceAccount token, e.g. a projected
-  token volume, sent as ``authorization: Bearer <token>`` with every heartbeat and the
+- ``--token-file PATH`` / ``KPLUG_TOKEN_FILE``: a Kubernetes ServiceAccount token, a projected
+  token volume for the audience ``plugins.kplug.io`` (what kplug reviews heartbeat tokens for), sent as ``authorization: Bearer <token>`` with every heartbeat and the
   deregistration. Reread every time, as the kubelet rotates it; a missing or unreadable file is
   logged and the heartbeat goes out without a token, so kplug's refusal says what is wrong.
 - ``--registry-ca-file PATH`` / ``KPLUG_REGISTRY_CA_FILE``: PEM of the CA that signed kplug's
