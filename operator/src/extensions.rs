@@ -97,7 +97,8 @@ impl ExtensionError {
     }
 }
 
-fn type_name(value: &Value) -> &'static str {
+/// What `value` is, in words for a message: "a list", "an object", ...
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

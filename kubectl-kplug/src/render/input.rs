@@ -2,6 +2,7 @@
 //! order, the first the object and the rest its extensions, each checked to
 //! be a Kubernetes object as kplug checks one before calling a plugin.
 
+use kplug_operator::extensions::type_name;
 use serde_json::Value;
 
 /// The object and its extensions, as the JSON a plugin receives.
@@ -19,7 +20,7 @@ pub enum InputError {
     #[error("{file}: no object in it (every document is empty)")]
     Empty { file: String },
     #[error(
-        "{file}, document {document}: not a Kubernetes object: {reason}\n  every document must be a map with apiVersion, kind and metadata.name"
+        "{file}, document {document}: not a Kubernetes object: {reason}\n  every document must be an object with apiVersion, kind and metadata.name"
     )]
     NotAnObject {
         file: String,
@@ -63,18 +64,18 @@ pub fn objects(files: &[(String, String)]) -> Result<Objects, InputError> {
     })
 }
 
-/// A map whose `apiVersion`, `kind` and `metadata.name` are non-empty
+/// An object whose `apiVersion`, `kind` and `metadata.name` are non-empty
 /// strings: what kplug requires of an object before it calls a plugin.
 fn check(document: &Value) -> Result<(), String> {
     let Some(map) = document.as_object() else {
-        return Err(format!("it is {}", kind_of(document)));
+        return Err(format!("it is {}", type_name(document)));
     };
     let string = |value: Option<&Value>, field: &str| match value {
         Some(Value::String(text)) if !text.is_empty() => Ok(()),
         Some(Value::String(_)) | None => Err(format!("{field}: Required value")),
         Some(other) => Err(format!(
             "{field}: Invalid value: {}: must be a string",
-            kind_of(other)
+            type_name(other)
         )),
     };
     string(map.get("apiVersion"), "apiVersion")?;
@@ -83,20 +84,9 @@ fn check(document: &Value) -> Result<(), String> {
         Some(Value::Object(metadata)) => string(metadata.get("name"), "metadata.name"),
         None => Err("metadata.name: Required value".to_owned()),
         Some(other) => Err(format!(
-            "metadata: Invalid value: {}: must be a map",
-            kind_of(other)
+            "metadata: Invalid value: {}: must be an object",
+            type_name(other)
         )),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
     }
 }
 
@@ -156,7 +146,7 @@ metadata: {name: b, namespace: shop}"#,
             ),
             (
                 "apiVersion: v1\nkind: X\nmetadata: [a]\n",
-                "f.yaml, document 1: not a Kubernetes object: metadata: Invalid value: a list: must be a map",
+                "f.yaml, document 1: not a Kubernetes object: metadata: Invalid value: a list: must be an object",
             ),
             (
                 "apiVersion: v1\nkind: X\nmetadata: {name: a}\n---\nplain words\n",
