@@ -215,7 +215,8 @@ impl<P: Plugin> Server<P> {
     }
 
     /// [`bind`](Self::bind) for `config.local_address_file`: no registry,
-    /// no TLS, the address written to `path` once the server runs.
+    /// no TLS; [`run`](Self::run) writes the address to `path` before it
+    /// serves.
     async fn bind_local(
         plugin: P,
         mut info: PluginInfo,
@@ -282,8 +283,9 @@ impl<P: Plugin> Server<P> {
     /// # Errors
     ///
     /// [`Error::Serve`] when the gRPC server fails, which also stops the
-    /// heartbeats. Calls still running when the drain timeout passes are
-    /// cancelled, which is not an error.
+    /// heartbeats; [`Error::WriteLocalAddress`] when serving locally and the
+    /// address file cannot be written. Calls still running when the drain
+    /// timeout passes are cancelled, which is not an error.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
         let span = info_span!(
             "plugin",
