@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::HeartbeatRequest;
-use kplug_test_support::{BlockingRegistry, Process, StandaloneKplug, heartbeat_request};
+use kplug_test_support::{BlockingRegistry, StandaloneKplug, heartbeat_request};
 use serde_json::{Value, json};
 
 const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
@@ -18,22 +18,6 @@ fn instance(instance: &str, address: &str, version: &str) -> HeartbeatRequest {
         version: version.to_owned(),
         ..heartbeat_request("tables", instance, address, Duration::from_secs(60))
     }
-}
-
-/// A hello plugin, and the address it serves at.
-fn hello(kplug: &StandaloneKplug, name: &str) -> (Process, String) {
-    let process = kplug.plugin(name, &[]);
-    kplug_test_support::wait_until(
-        &format!("{name} registered"),
-        Duration::from_secs(30),
-        || {
-            let output = kplug.kubectl(&["get", "plugin", name, "-o", "jsonpath={.spec.address}"]);
-            let address = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-            (!address.is_empty()).then_some(()).ok_or(output.status)
-        },
-    );
-    let address = kplug.kubectl_ok(&["get", "plugin", name, "-o", "jsonpath={.spec.address}"]);
-    (process, address.trim().to_owned())
 }
 
 /// `POST reconciles` (or `plugins/NAME/reconcile`) for databasetables with
@@ -48,14 +32,7 @@ fn reconcile(kplug: &StandaloneKplug, path: &str, constraint: &str) -> (u16, Val
             "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "metadata": {"name": "users"}},
         },
     });
-    let (code, text) = kplug.curl(
-        "POST",
-        path,
-        &["Content-Type: application/json"],
-        Some(&body.to_string()),
-    );
-    let answer = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-    (code, answer)
+    kplug.post_json(path, &body)
 }
 
 /// Which instances answered `calls` reconciles with `constraint`.
@@ -77,8 +54,8 @@ fn served_by(kplug: &StandaloneKplug, constraint: &str, calls: usize) -> Vec<(St
 #[test]
 fn reconciles_go_to_the_newest_instance_in_range_and_nowhere_else() {
     let kplug = StandaloneKplug::start();
-    let (_a, a) = hello(&kplug, "hello-a");
-    let (_b, b) = hello(&kplug, "hello-b");
+    let (_a, a) = kplug.plugin_serving("hello-a", &[]);
+    let (_b, b) = kplug.plugin_serving("hello-b", &[]);
     let mut registry = BlockingRegistry::connect(&kplug.grpc);
     registry.accepted(instance("tables-old", &a, "1.4.2"));
     registry.accepted(instance("tables-new", &b, "2.0.0"));

@@ -273,6 +273,32 @@ impl StandaloneKplug {
         )
     }
 
+    /// [`plugin`](Self::plugin), once registered, and the address it
+    /// serves at (to register other instances in front of it by hand).
+    pub fn plugin_serving(&self, name: &str, extra: &[&str]) -> (Process, String) {
+        let process = self.plugin(name, extra);
+        let plugin = self.wait_for_plugin(name, |plugin| plugin["spec"]["address"].is_string());
+        let address = plugin["spec"]["address"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (process, address)
+    }
+
+    /// `POST path` of the JSON `body` as the admin: the code and the
+    /// answer, which must be JSON.
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let (code, text) = self.curl(
+            "POST",
+            path,
+            &["Content-Type: application/json"],
+            Some(&body.to_string()),
+        );
+        let answer = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("POST {path} answered {code}, not JSON ({e}): {text}"));
+        (code, answer)
+    }
+
     /// Waits until `kubectl get plugin NAME` succeeds and satisfies `want`.
     pub fn wait_for_plugin(
         &self,
