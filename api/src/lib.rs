@@ -5,6 +5,7 @@
 //! [`answer`]), no behaviour that needs IO.
 
 pub mod answer;
+pub mod canary;
 pub mod selection;
 pub mod v1alpha1;
 pub mod version;

@@ -169,10 +169,23 @@ pub struct PluginInstance {
     pub draining: bool,
     /// Refreshed as rarely as the plugin's `lastHeartbeatTime`.
     pub last_heartbeat_time: Time,
+    /// A canary: the percentage (1-99) of the plugin's objects its version
+    /// takes; absent for a stable instance. A withdrawn canary is not ready.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub canary_weight: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// The condition type that says whether a plugin can take requests.
 pub const CONDITION_READY: &str = "Ready";
+
+/// The condition type of a plugin with canary instances: `True` while the
+/// canary takes its share, `False` (reason `Withdrawn`) once kplug withdrew
+/// it for failing more often than the stable instances.
+pub const CONDITION_CANARY: &str = "Canary";
 
 /// Labels kplug adds to every Plugin, under its reserved prefix.
 pub mod labels {

@@ -232,6 +232,13 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             ),
             (
                 HeartbeatRequest {
+                    canary_weight: 100,
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "canaryWeight: Invalid value: 100: must be between 0 and 99, inclusive",
+            ),
+            (
+                HeartbeatRequest {
                     interval: Some(prost_types::Duration {
                         seconds: -5,
                         nanos: 0,

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
-use kplug_api::v1alpha1::{Plugin, ReconcileResult, ReconcileStatus, Selection};
+use kplug_api::selection::compare_versions;
+use kplug_api::v1alpha1::{CONDITION_CANARY, Plugin, ReconcileResult, ReconcileStatus, Selection};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -226,15 +227,41 @@ impl Listed {
             instances.len().to_string()
         })
     }
+
+    /// The canary, while the plugin has one: its version and share, or
+    /// that kplug withdrew it.
+    pub fn canary(&self) -> Option<String> {
+        let condition = self
+            .plugin
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_CANARY)?;
+        let canaries = self
+            .plugin
+            .status
+            .instances
+            .iter()
+            .filter(|i| i.canary_weight > 0);
+        let newest = canaries.max_by(|a, b| compare_versions(&a.version, &b.version))?;
+        Some(match condition.reason.as_str() {
+            "Withdrawn" => format!("{} withdrawn", newest.version),
+            _ => format!("{} {}%", newest.version, newest.canary_weight),
+        })
+    }
 }
 
-/// The plugins as `kubectl get plugins` lays them out; `wide` adds the
-/// address, the SDK and the capabilities.
+/// The plugins as `kubectl get plugins` lays them out, with their canaries
+/// when any has one; `wide` adds the address, the SDK and the capabilities.
 pub fn plugin_table(plugins: &[Listed], wide: bool, now: Timestamp) -> String {
     let with_instances = plugins.iter().any(|p| p.instances().is_some());
+    let with_canaries = plugins.iter().any(|p| p.canary().is_some());
     let mut header = vec!["NAME", "API", "IMPLEMENTATION", "VERSION", "READY"];
     if with_instances {
         header.push("INSTANCES");
+    }
+    if with_canaries {
+        header.push("CANARY");
     }
     header.push("AGE");
     if wide {
@@ -263,6 +290,9 @@ pub fn plugin_table(plugins: &[Listed], wide: bool, now: Timestamp) -> String {
             ];
             if with_instances {
                 row.push(listed.instances().unwrap_or_else(|| "<none>".to_owned()));
+            }
+            if with_canaries {
+                row.push(listed.canary().unwrap_or_else(|| "<none>".to_owned()));
             }
             row.push(created);
             if wide {

@@ -243,4 +243,37 @@ mod tests {
             "{table}"
         );
     }
+
+    #[test]
+    fn the_table_shows_a_canary_and_its_withdrawal() {
+        let now: Timestamp = "2026-01-01T00:05:00Z".parse().expect("a time");
+        let with_canary = |reason: &str| {
+            let mut plugin = listed("pg", "PostgreSQL", "1.0.0", "True");
+            let instance = |name: &str, version: &str, weight: u32| {
+                json!({"name": name, "address": "127.0.0.1:1", "version": version, "ready": true,
+                       "draining": false, "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                       "canaryWeight": weight})
+            };
+            plugin.raw["status"]["instances"] = json!([
+                instance("stable", "1.0.0", 0),
+                instance("canary", "2.0.0", 10)
+            ]);
+            plugin.raw["status"]["conditions"]
+                .as_array_mut()
+                .expect("conditions")
+                .push(
+                    json!({"type": "Canary", "status": "True", "reason": reason, "message": "",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+                );
+            plugin.plugin = serde_json::from_value(plugin.raw.clone()).expect("a Plugin");
+            plugin
+        };
+        let table = output::plugin_table(&[with_canary("Serving")], false, now);
+        assert!(
+            table.contains("CANARY") && table.contains(" 2.0.0 10% "),
+            "{table}"
+        );
+        let table = output::plugin_table(&[with_canary("Withdrawn")], false, now);
+        assert!(table.contains(" 2.0.0 withdrawn "), "{table}");
+    }
 }

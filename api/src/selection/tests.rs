@@ -194,6 +194,7 @@ fn instances(mut plugin: Plugin, versions: &[&str]) -> Plugin {
             ready: true,
             draining: false,
             last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
+            canary_weight: 0,
         })
         .collect();
     plugin

@@ -195,6 +195,7 @@ mod tests {
                 implementation: "Postgre\"SQL\" \u{e9}\n".to_owned(),
                 address: format!("plugin-{i}.example:50051"),
                 server_name: String::new(),
+                canary_weight: 0,
                 extensions: vec![crate::v1alpha1::ExtensionKind {
                     group: "backups.example.org".to_owned(),
                     version: String::new(),

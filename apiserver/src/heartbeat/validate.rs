@@ -13,6 +13,8 @@ const MAX_VERSION_LEN: usize = 63;
 const MAX_EXTENSIONS: usize = 64;
 const MAX_LABELS: usize = 64;
 const MAX_CAPABILITIES: usize = 32;
+/// A canary takes part of the calls, never all: 100 would be a stable instance.
+const MAX_CANARY_WEIGHT: u32 = 99;
 
 /// One invalid field, worded like Kubernetes field errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +189,16 @@ pub fn declaration(
             server_name(&request.server_name, &request.name),
         );
     }
+    if request.canary_weight > MAX_CANARY_WEIGHT {
+        errors.0.push(FieldError {
+            field: "canaryWeight".to_owned(),
+            message: format!(
+                "Invalid value: {}: must be between 0 and {MAX_CANARY_WEIGHT}, inclusive (the \
+                 percentage of objects a canary takes; 0 for a stable instance)",
+                request.canary_weight
+            ),
+        });
+    }
     errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);
     for (i, extension) in request.extensions.iter().enumerate() {
         let field = format!("extensions[{i}]");
@@ -273,6 +285,7 @@ pub fn declaration(
         implementation: request.implementation,
         address: request.address,
         server_name: request.server_name,
+        canary_weight: request.canary_weight,
         extensions: request
             .extensions
             .into_iter()

@@ -44,6 +44,7 @@ pub(super) fn serving<'p>(
             ready: plugin.is_ready(),
             draining: false,
             last_heartbeat_time: plugin.status.last_heartbeat_time.clone(),
+            canary_weight: 0,
         });
         return vec![instance];
     }

@@ -12,7 +12,7 @@ use super::*;
 use crate::proxy::testing::{
     Answer, Served as Instance, closed_address, declaration, listener, serve_plugin,
 };
-use crate::proxy::{Answered, ProxyConfig};
+use crate::proxy::{Answered, ProxyConfig, Route};
 use crate::registry::{Declaration, Registry, RegistryConfig};
 use crate::v1alpha1::Operation;
 
@@ -89,7 +89,7 @@ async fn call_within(
             ReconcileRequest::default(),
             timeout,
             &TraceParent::new_root(),
-            None,
+            Route::default(),
         )
         .await
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
+use kplug_api::canary::Track;
 use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
@@ -86,6 +87,22 @@ pub enum ProxyError {
     /// kplug and the plugin do not accept each other's certificates.
     #[error("TLS with {target} failed: {detail}")]
     Tls { target: Target, detail: String },
+}
+
+/// Which of a plugin's instances may take a call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Route<'a> {
+    /// Only instances of a version in this range.
+    pub versions: Option<&'a VersionConstraint>,
+    /// Only the instances on this side of a canary.
+    pub track: Option<Track>,
+}
+
+impl Route<'_> {
+    pub fn admits(&self, instance: &PluginInstance) -> bool {
+        self.versions.is_none_or(|v| v.matches(&instance.version))
+            && self.track.is_none_or(|t| Track::of(instance) == t)
+    }
 }
 
 /// A plugin's answer, and the instance that gave it.
@@ -215,8 +232,8 @@ impl Proxy {
     }
 
     /// Calls `operation` on `plugin`, waiting at most `timeout`; the plugin
-    /// receives `trace` as its `traceparent`. With `versions`, only its
-    /// instances of a version in range take the call.
+    /// receives `trace` as its `traceparent`. Only its instances that
+    /// `route` admits take the call.
     pub async fn call(
         &self,
         plugin: &Plugin,
@@ -224,11 +241,11 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
-        versions: Option<&VersionConstraint>,
+        route: Route<'_>,
     ) -> Result<Answered, ProxyError> {
         let started = Instant::now();
         let result = self
-            .call_unmeasured(plugin, operation, request, timeout, trace, versions)
+            .call_unmeasured(plugin, operation, request, timeout, trace, route)
             .await;
         self.metrics.call(
             plugin.name(),
@@ -249,15 +266,13 @@ impl Proxy {
         request: ReconcileRequest,
         timeout: Duration,
         trace: &TraceParent,
-        versions: Option<&VersionConstraint>,
+        route: Route<'_>,
     ) -> Result<Answered, ProxyError> {
         let deadline = Instant::now() + timeout;
         let name = plugin.name();
         let mut fallback = None;
         let mut instances = balance::serving(plugin, &mut fallback);
-        if let Some(versions) = versions {
-            instances.retain(|instance| versions.matches(&instance.version));
-        }
+        instances.retain(|instance| route.admits(instance));
         if instances.is_empty() {
             return Err(ProxyError::NoneReady {
                 plugin: name.to_owned(),
@@ -450,7 +465,7 @@ mod tests {
                 ReconcileRequest::default(),
                 Duration::from_secs(5),
                 &TraceParent::new_root(),
-                None,
+                Route::default(),
             )
             .await
             .expect_err("nothing listens");

@@ -31,6 +31,7 @@ pub(super) fn declaration(name: &str, instance: &str, address: &str) -> Declarat
         implementation: "Test".to_owned(),
         address: address.to_owned(),
         server_name: String::new(),
+        canary_weight: 0,
         extensions: Vec::new(),
         labels: Labels::default(),
         interval: Duration::from_secs(60),

@@ -11,7 +11,7 @@ use tonic::transport::ServerTlsConfig;
 
 use super::*;
 use crate::proxy::testing::{Answer, HOLD, Served, declaration, serve_plugin};
-use crate::proxy::{Answered, Proxy, ProxyConfig};
+use crate::proxy::{Answered, Proxy, ProxyConfig, Route};
 use crate::registry::{Declaration, Registry, RegistryConfig};
 use crate::server::pki::{CertificateAuthority, Pem};
 use crate::v1alpha1::{Operation, Plugin};
@@ -77,7 +77,7 @@ async fn call(proxy: &Proxy, plugin: &Plugin, id: &str) -> Result<Answered, Prox
             request,
             Duration::from_secs(10),
             &TraceParent::new_root(),
-            None,
+            Route::default(),
         )
         .await
 }

@@ -22,6 +22,8 @@ pub struct Declaration {
     /// The TLS name to verify when calling the instance; empty means the
     /// host part of `address`.
     pub server_name: String,
+    /// A canary's share of the plugin's objects, in percent; 0: stable.
+    pub canary_weight: u32,
     pub extensions: Vec<ExtensionKind>,
     pub labels: Labels,
     /// Already clamped to the range the registry accepts.

@@ -42,6 +42,47 @@ impl Collector for RegistryCollector {
             "Registrations removed because no heartbeat came within their TTL",
             None,
             expiries.metric_type(),
-        )?)
+        )?)?;
+        self.encode_canaries(&mut encoder)
+    }
+}
+
+impl RegistryCollector {
+    /// `kplug_canary_calls_total{plugin,track,outcome}` and
+    /// `kplug_canary_withdrawals_total{plugin}`, for plugins with a canary.
+    fn encode_canaries(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let judges = self.0.canaries.lock();
+        if judges.0.is_empty() {
+            return Ok(());
+        }
+        let mut calls = encoder.encode_descriptor(
+            "kplug_canary_calls",
+            "Calls to plugins with canary instances, by side and how they ended",
+            None,
+            MetricType::Counter,
+        )?;
+        for (plugin, record) in &judges.0 {
+            let mut counted: Vec<_> = record.calls.iter().collect();
+            counted.sort_by_key(|((track, outcome), _)| (track.as_str(), outcome.as_str()));
+            for ((track, outcome), count) in counted {
+                let labels = [
+                    ("plugin", plugin.as_str()),
+                    ("track", track.as_str()),
+                    ("outcome", outcome.as_str()),
+                ];
+                ConstCounter::new(*count).encode(calls.encode_family(&labels)?)?;
+            }
+        }
+        let mut withdrawals = encoder.encode_descriptor(
+            "kplug_canary_withdrawals",
+            "Canaries kplug withdrew for failing more often than the stable instances",
+            None,
+            MetricType::Counter,
+        )?;
+        for (plugin, record) in &judges.0 {
+            ConstCounter::new(record.withdrawals)
+                .encode(withdrawals.encode_family(&[("plugin", plugin.as_str())])?)?;
+        }
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@
 //! Changes are in `write` and `sweep`, reads in `read`, events and watches
 //! in `events`, the rendered object in `render`, instances in `instances`.
 
+mod canary;
 mod declaration;
 mod encoded;
 mod events;
@@ -33,7 +34,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use parking_lot::RwLock;
+use kplug_api::canary::Withdrawal;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 
 pub use declaration::{Declaration, Labels};
@@ -102,9 +104,32 @@ struct Lifecycle {
     /// as of then. Unchanged heartbeats rewrite it only once this is older
     /// than the status refresh interval, whatever the number of instances.
     refreshed: Timestamp,
+    /// Since when canary instances are listed, while they are.
+    canary_since: Option<Timestamp>,
+    /// The canary version kplug withdrew: its instances take no calls.
+    withdrawn: Option<Withdrawn>,
+}
+
+/// A canary kplug withdrew, and why.
+struct Withdrawn {
+    version: String,
+    withdrawal: Withdrawal,
+    at: Timestamp,
 }
 
 impl Lifecycle {
+    /// kplug sends `instance` calls: it heartbeats on time, does not drain,
+    /// and is not a canary kplug withdrew.
+    fn takes_calls(&self, instance: &Instance) -> bool {
+        let declaration = &instance.declaration;
+        let withdrawn = declaration.canary_weight > 0
+            && self
+                .withdrawn
+                .as_ref()
+                .is_some_and(|w| w.version == declaration.version);
+        instance.serving() && !withdrawn
+    }
+
     fn new(now: Timestamp) -> Self {
         Self {
             uid: uuid::Uuid::new_v4().to_string(),
@@ -112,6 +137,8 @@ impl Lifecycle {
             ready: true,
             ready_since: now,
             refreshed: now,
+            canary_since: None,
+            withdrawn: None,
         }
     }
 }
@@ -160,6 +187,8 @@ pub struct Registry {
     events: broadcast::Sender<Arc<Event>>,
     /// Registrations removed because their heartbeats stopped.
     expired: AtomicU64,
+    /// The record of each plugin's canary against its stable instances.
+    canaries: Mutex<canary::Judges>,
 }
 
 fn signed(duration: Duration) -> SignedDuration {
@@ -180,6 +209,7 @@ impl Registry {
             }),
             events,
             expired: AtomicU64::new(0),
+            canaries: Mutex::default(),
         }
     }
 

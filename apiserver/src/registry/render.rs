@@ -3,8 +3,12 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
-use super::{Instance, Instances, LATE_AFTER_INTERVALS, Lifecycle, Registry, signed};
-use crate::v1alpha1::{self, API_VERSION, CONDITION_READY, Plugin, PluginInstance, PluginStatus};
+use super::{
+    Instance, Instances, LATE_AFTER_INTERVALS, Lifecycle, Registry, compare_versions, signed,
+};
+use crate::v1alpha1::{
+    self, API_VERSION, CONDITION_CANARY, CONDITION_READY, Plugin, PluginInstance, PluginStatus,
+};
 
 /// The Ready condition's reason and message.
 fn readiness(instances: &Instances, lifecycle: &Lifecycle) -> (&'static str, String) {
@@ -13,7 +17,10 @@ fn readiness(instances: &Instances, lifecycle: &Lifecycle) -> (&'static str, Str
         let message = if total == 1 {
             "the plugin is heartbeating".to_owned()
         } else {
-            let serving = instances.iter().filter(|i| i.serving()).count();
+            let serving = instances
+                .iter()
+                .filter(|i| lifecycle.takes_calls(i))
+                .count();
             format!("{serving} of {total} instances are Ready")
         };
         ("HeartbeatReceived", message)
@@ -45,17 +52,63 @@ fn readiness(instances: &Instances, lifecycle: &Lifecycle) -> (&'static str, Str
     }
 }
 
-fn instance_status(instance: &Instance) -> PluginInstance {
+fn instance_status(instance: &Instance, lifecycle: &Lifecycle) -> PluginInstance {
     let declaration = &instance.declaration;
     PluginInstance {
         name: declaration.identity().to_owned(),
         address: declaration.address.clone(),
         server_name: declaration.server_name.clone(),
         version: declaration.version.clone(),
-        ready: instance.serving(),
+        ready: lifecycle.takes_calls(instance),
         draining: declaration.draining,
         last_heartbeat_time: Time(instance.last_seen()),
+        canary_weight: declaration.canary_weight,
     }
+}
+
+/// The Canary condition, while the plugin lists canary instances: which
+/// version takes which share, or that kplug withdrew it and why.
+fn canary(instances: &Instances, lifecycle: &Lifecycle) -> Option<Condition> {
+    let newest = instances
+        .iter()
+        .filter(|i| i.declaration.canary_weight > 0)
+        .max_by(|a, b| compare_versions(&a.declaration.version, &b.declaration.version))?;
+    let version = &newest.declaration.version;
+    let weight = kplug_api::canary::weight(
+        instances
+            .iter()
+            .filter(|i| i.declaration.version == *version)
+            .map(|i| i.declaration.canary_weight),
+    );
+    let (status, reason, message, since) = match &lifecycle.withdrawn {
+        Some(withdrawn) if withdrawn.version == *version => (
+            "False",
+            "Withdrawn",
+            format!(
+                "kplug withdrew canary {version}: {}; it sends the canary nothing until its \
+                 instances declare another version",
+                withdrawn.withdrawal
+            ),
+            withdrawn.at,
+        ),
+        _ => (
+            "True",
+            "Serving",
+            format!(
+                "canary {version} takes {}% of the objects",
+                weight.unwrap_or_default()
+            ),
+            lifecycle.canary_since.unwrap_or(lifecycle.created),
+        ),
+    };
+    Some(Condition {
+        type_: CONDITION_CANARY.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: Time(since),
+        observed_generation: None,
+    })
 }
 
 impl Registry {
@@ -94,18 +147,23 @@ impl Registry {
             },
             spec,
             status: PluginStatus {
-                conditions: vec![Condition {
+                conditions: std::iter::once(Condition {
                     type_: CONDITION_READY.to_owned(),
                     status: if lifecycle.ready { "True" } else { "False" }.to_owned(),
                     reason: reason.to_owned(),
                     message,
                     last_transition_time: Time(lifecycle.ready_since),
                     observed_generation: None,
-                }],
+                })
+                .chain(canary(instances, lifecycle))
+                .collect(),
                 last_heartbeat_time: Time(last_heartbeat),
                 expires_at: Time(expires_at),
                 registered_by: declaration.registered_by.clone(),
-                instances: instances.iter().map(instance_status).collect(),
+                instances: instances
+                    .iter()
+                    .map(|i| instance_status(i, lifecycle))
+                    .collect(),
             },
         }
     }

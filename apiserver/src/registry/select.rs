@@ -50,7 +50,7 @@ impl Candidate for Live<'_> {
         self.entry
             .instances
             .iter()
-            .filter(|i| i.serving())
+            .filter(|i| self.entry.lifecycle.takes_calls(i))
             .map(|i| i.declaration.version.as_str())
             .collect()
     }

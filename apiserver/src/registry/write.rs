@@ -191,11 +191,20 @@ impl Registry {
         now: Timestamp,
         resource_version: u64,
     ) -> Plugin {
-        let ready = entry.instances.iter().any(Instance::serving);
-        if ready != entry.lifecycle.ready {
-            entry.lifecycle.ready = ready;
-            entry.lifecycle.ready_since = now;
+        let lifecycle = &mut entry.lifecycle;
+        let ready = entry.instances.iter().any(|i| lifecycle.takes_calls(i));
+        if ready != lifecycle.ready {
+            lifecycle.ready = ready;
+            lifecycle.ready_since = now;
         }
+        let canaries = entry
+            .instances
+            .iter()
+            .any(|i| i.declaration.canary_weight > 0);
+        lifecycle.canary_since = match (canaries, lifecycle.canary_since) {
+            (true, since) => Some(since.unwrap_or(now)),
+            (false, _) => None,
+        };
         entry.lifecycle.refreshed = now;
         self.store(entry, resource_version)
     }
@@ -371,6 +380,7 @@ impl Registry {
     /// object's wire forms.
     pub(super) fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Encoded>> {
         let entry = state.plugins.remove(name)?;
+        self.canaries.lock().forget(name);
         state.resource_version += 1;
         let resource_version = state.resource_version;
         // Like Kubernetes, the deleted object carries the deletion's

@@ -5,6 +5,7 @@
 //! in-flight calls and deregisters.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -54,6 +55,11 @@ struct Faults {
     /// Answers every call with a failure outcome with this reason.
     #[arg(long, value_name = "REASON")]
     fail_with: Option<String>,
+    /// Answers every Nth call (with 2: the 2nd, 4th, ...) with a failure
+    /// outcome (reason FailedOnPurpose), e.g. a canary that fails half its
+    /// calls.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    fail_every: Option<u64>,
     /// Panics in every call (the SDK answers gRPC INTERNAL).
     #[arg(long)]
     panic: bool,
@@ -70,6 +76,8 @@ fn parse_label(label: &str) -> Result<(String, String), String> {
 struct Hello {
     report_trace_id: bool,
     faults: Faults,
+    /// Calls answered so far, for `--fail-every`.
+    calls: AtomicU64,
 }
 
 impl Hello {
@@ -80,6 +88,15 @@ impl Hello {
             tokio::time::sleep(Duration::from_millis(self.faults.delay_ms)).await;
         }
         assert!(!self.faults.panic, "--panic was given");
+        let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(every) = self.faults.fail_every
+            && call.is_multiple_of(every)
+        {
+            return Some(Outcome::failure(
+                "FailedOnPurpose",
+                format!("--fail-every {every} was given: call {call}"),
+            ));
+        }
         let reason = self.faults.fail_with.as_ref()?;
         Some(Outcome::failure(reason, "--fail-with was given"))
     }
@@ -136,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
     let hello = Hello {
         report_trace_id: args.report_trace_id,
         faults: args.faults,
+        calls: AtomicU64::new(0),
     };
     kplug_sdk::serve(hello, info, args.kplug)
         .await
@@ -153,8 +171,10 @@ mod tests {
             faults: Faults {
                 delay_ms: 0,
                 fail_with: None,
+                fail_every: None,
                 panic: false,
             },
+            calls: AtomicU64::new(0),
         }
     }
 

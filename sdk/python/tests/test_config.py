@@ -249,3 +249,12 @@ def test_serving_locally_drops_the_registry_and_tls() -> None:
     assert not config.issued_identity
     with pytest.raises(ValueError, match="registry-ca-file"):
         parse([], {**environ, "KPLUG_LOCAL_ADDRESS_FILE": ""})
+
+
+def test_canary_weight() -> None:
+    assert parse([]).canary_weight == 0
+    assert parse(["--canary-weight", "10"]).canary_weight == 10
+    assert parse([], {"KPLUG_CANARY_WEIGHT": "25"}).canary_weight == 25
+    for bad in ("100", "-1", "ten"):
+        with pytest.raises(SystemExit):
+            parse(["--canary-weight", bad])

@@ -210,11 +210,9 @@ subjects:
 """,
     )
     request = work / "token-request.json"
-    request.write_text(
-        json.dumps(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
-        )
-    )
+    # A token for kplug's registry, as a plugin's projected token is.
+    spec = {"expirationSeconds": 3600, "audiences": ["plugins.kplug.io"]}
+    request.write_text(json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}))
     answer = control_plane.kubectl(
         "create", "--raw", f"/api/v1/namespaces/plugins/serviceaccounts/{PLUGIN}/token", "-f", str(request)
     )

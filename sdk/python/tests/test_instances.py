@@ -100,3 +100,10 @@ def test_two_instances_of_a_plugin_register_side_by_side(registry: FakeRegistry,
     first.stop()
     assert registry.wait_for_deregistration(timeout=0).instance == "hello-0"
     assert second.wait_for_heartbeat(lambda s: s.uid is not None and not s.stopped, 0)
+
+
+def test_a_canary_declares_its_weight_and_a_stable_instance_none(registry: FakeRegistry, serve: Serve) -> None:
+    serve(Hello(), registry=registry.address, instance="canary", canary_weight=10)
+    serve(Hello(), registry=registry.address, instance="stable")
+    weights = {h.request.instance: h.request.canary_weight for h in registry.wait_for_heartbeats(2)}
+    assert weights == {"canary": 10, "stable": 0}

@@ -41,6 +41,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--allow-unauthenticated-clients` | `KPLUG_ALLOW_UNAUTHENTICATED_CLIENTS` | off |
 /// | `--server-name` | `KPLUG_SERVER_NAME` | none: the advertised host |
 /// | `--issued-identity` | `KPLUG_ISSUED_IDENTITY` | off |
+/// | `--canary-weight` | `KPLUG_CANARY_WEIGHT` | none: a stable instance |
 /// | `--local-address-file` | `KPLUG_LOCAL_ADDRESS_FILE` | none: serve for kplug |
 ///
 /// kplug's standalone registry speaks plain gRPC (`http://`) and needs
@@ -225,6 +226,17 @@ pub struct Config {
     #[cfg_attr(feature = "clap", arg(long, env = "KPLUG_SERVER_NAME"))]
     pub server_name: Option<String>,
 
+    /// Run as a canary of the plugin's next version: kplug sends this
+    /// percentage (1-99) of the plugin's objects, each always to the same
+    /// side, to the canary instances, and withdraws a canary that fails or
+    /// misses its deadline more often than the other instances [default:
+    /// a stable instance].
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "KPLUG_CANARY_WEIGHT", value_parser = clap::value_parser!(u32).range(1..=99))
+    )]
+    pub canary_weight: Option<u32>,
+
     /// Serve without kplug, as `kubectl kplug render` runs a plugin: no
     /// heartbeats and plain gRPC (the registry and TLS settings are not
     /// used); once listening, write the address (`127.0.0.1:PORT`) to this
@@ -251,6 +263,7 @@ impl Default for Config {
             allow_unauthenticated_clients: false,
             issued_identity: false,
             server_name: None,
+            canary_weight: None,
             local_address_file: None,
         }
     }
@@ -355,6 +368,14 @@ impl Config {
     #[must_use]
     pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
         self.server_name = Some(server_name.into());
+        self
+    }
+
+    /// Runs as a canary taking `percent` (1-99) of the plugin's objects;
+    /// see the field.
+    #[must_use]
+    pub fn canary_weight(mut self, percent: u32) -> Self {
+        self.canary_weight = Some(percent);
         self
     }
 

@@ -159,6 +159,17 @@
 //! Service) and the SDK heartbeats to each, following the name as replicas
 //! come and go; see [`heartbeat`].
 //!
+//! # Canary releases
+//!
+//! A plugin's next version can take part of its objects first: run it as a
+//! second Deployment under the same plugin name with `--canary-weight 10`
+//! (`KPLUG_CANARY_WEIGHT`). kplug sends that percentage of the plugin's
+//! objects to it, each object always to the same side, and withdraws it
+//! (its instances stop getting calls, the Plugin's `Canary` condition says
+//! why) when it fails or misses its deadline clearly more often than the
+//! other instances; promoting it is rolling the stable Deployment to its
+//! version. See the README, "Upgrading plugins".
+//!
 //! # Serving TLS to kplug (mutual TLS)
 //!
 //! By default a plugin serves plain gRPC. With `--tls-cert-file`,

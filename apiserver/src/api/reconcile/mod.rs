@@ -6,6 +6,7 @@
 //! slices of the request's buffer.
 
 mod answer;
+mod canary;
 mod decode;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod differential;
@@ -375,20 +376,17 @@ async fn delegate(
         operation_id = %operation_id,
         trace_id = %trace.trace_id(),
     );
+    let (route, split) = canary::route(&plugin, spec.object.as_ref(), versions.as_ref());
     let started = Instant::now();
     let answer = state
         .proxy
-        .call(
-            &plugin,
-            operation,
-            grpc_request,
-            timeout,
-            &trace,
-            versions.as_ref(),
-        )
+        .call(&plugin, operation, grpc_request, timeout, &trace, route)
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
+    if let Some(split) = &split {
+        span.in_scope(|| canary::record(&state.registry, plugin.name(), split, &answer));
+    }
     let answer = answer.map_err(|error| {
         span.in_scope(|| tracing::warn!(%error, "reconcile failed"));
         proxy_error(error)

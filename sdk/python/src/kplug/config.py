@@ -46,6 +46,10 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
   CA from the same answers. Needs an ``https://`` registry and ``--token-file``; excludes
   ``--tls-cert-file``, ``--tls-key-file``, ``--client-ca-file``, ``--allow-unauthenticated-clients``
   and ``--server-name``. Needs the ``cryptography`` package (``pip install 'kplug[identity]'``).
+- ``--canary-weight PERCENT`` / ``KPLUG_CANARY_WEIGHT``: run as a canary of the plugin's next version:
+  kplug sends this percentage (1-99) of the plugin's objects, each always to the same side, to the
+  canary instances, and withdraws a canary that fails or misses its deadline more often than the
+  other instances; default: a stable instance.
 - ``--local-address-file PATH`` / ``KPLUG_LOCAL_ADDRESS_FILE``: serve without kplug, as
   ``kubectl kplug render`` runs a plugin: no heartbeats and plain gRPC (the registry and TLS
   settings are not used); once listening, the address (``127.0.0.1:PORT``) is written to PATH.
@@ -138,6 +142,8 @@ class Config:
     #: (:mod:`kplug.identity`) instead of certificate files; see
     #: :func:`check_issued_identity`.
     issued_identity: bool = False
+    #: A canary's share of the plugin's objects, in percent (1-99); 0: a stable instance.
+    canary_weight: int = 0
     #: Serve without kplug (``kubectl kplug render``): no heartbeats, plain
     #: gRPC, and the listening address written to this file once serving.
     local_address_file: str | None = None
@@ -478,6 +484,15 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "registry and --token-file (env KPLUG_ISSUED_IDENTITY=true; default: off)",
     )
     group.add_argument(
+        "--canary-weight",
+        type=_canary_weight,
+        default=env("KPLUG_CANARY_WEIGHT", "0"),
+        metavar="PERCENT",
+        help="run as a canary of the plugin's next version, taking this percentage (1-99) of the plugin's "
+        "objects; kplug withdraws a canary that fails more often than the other instances "
+        "(env KPLUG_CANARY_WEIGHT; default: a stable instance)",
+    )
+    group.add_argument(
         "--local-address-file",
         default=env("KPLUG_LOCAL_ADDRESS_FILE"),
         metavar="PATH",
@@ -532,6 +547,7 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         server_name=args.server_name,
         issued_identity=issued_identity,
         local_address_file=args.local_address_file,
+        canary_weight=args.canary_weight,
     )
     if config.local_address_file:
         return local(config)
@@ -567,6 +583,16 @@ def _positive_duration(text: str) -> float:
     value = _duration(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be more than zero")
+    return value
+
+
+def _canary_weight(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 99:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 99 (0: a stable instance)")
     return value
 
 

@@ -377,6 +377,7 @@ def _heartbeat_request(
         protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=CAPABILITIES),
         instance=instance,
         server_name=identity.name if identity else config.server_name,
+        canary_weight=config.canary_weight,
     )
     if config.heartbeat_interval is not None:
         request.interval.CopyFrom(seconds_duration(config.heartbeat_interval))

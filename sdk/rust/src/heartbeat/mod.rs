@@ -119,6 +119,7 @@ pub struct Heartbeater {
     registry_ca: Option<Vec<u8>>,
     instance: String,
     server_name: String,
+    canary_weight: u32,
     resolver: Arc<dyn Resolve>,
     resolve_interval: Duration,
     identity: Option<Arc<IssuedIdentity>>,
@@ -135,6 +136,7 @@ impl fmt::Debug for Heartbeater {
             .field("registry_ca", &self.registry_ca.as_ref().map(|_| "PEM"))
             .field("instance", &self.instance)
             .field("server_name", &self.server_name)
+            .field("canary_weight", &self.canary_weight)
             .field("resolve_interval", &self.resolve_interval)
             .finish_non_exhaustive()
     }
@@ -155,6 +157,7 @@ impl Heartbeater {
             registry_ca: None,
             instance: String::new(),
             server_name: String::new(),
+            canary_weight: 0,
             resolver: Arc::new(SystemResolver),
             resolve_interval: RESOLVE_INTERVAL,
             identity: None,
@@ -178,6 +181,15 @@ impl Heartbeater {
     #[must_use]
     pub fn server_name(mut self, server_name: impl Into<String>) -> Self {
         self.server_name = server_name.into();
+        self
+    }
+
+    /// Declares this instance a canary of the plugin's next version, taking
+    /// `percent` (1-99) of the plugin's objects; 0, the default, is a
+    /// stable instance. See [`Config`](crate::Config)'s `--canary-weight`.
+    #[must_use]
+    pub fn canary_weight(mut self, percent: u32) -> Self {
+        self.canary_weight = percent;
         self
     }
 
@@ -305,6 +317,7 @@ impl Heartbeater {
         let mut request = self.info.heartbeat_request(self.interval);
         request.instance = self.instance;
         request.server_name = self.server_name;
+        request.canary_weight = self.canary_weight;
         let status = Arc::new(self.status);
         let (phase, phase_receiver) = watch::channel(Phase::Serving);
         let fleet = Fleet {

@@ -192,6 +192,9 @@ impl<P: Plugin> Server<P> {
         if let Some(interval) = config.heartbeat_interval {
             heartbeater = heartbeater.interval(interval);
         }
+        if let Some(percent) = config.canary_weight {
+            heartbeater = heartbeater.canary_weight(percent);
+        }
         if let Some(path) = config.token_file {
             heartbeater = heartbeater.token_file(path);
         }
