@@ -78,7 +78,7 @@ Examples:
 const PLUGINS_ABOUT: &str = "\
 List the plugins registered with kplug: the API each serves, its
 implementation and version, whether it is Ready, its instances when kplug
-reports them, and its canary when it has one (version and share, or
+reports them, and its canary when it has one (its version and share, or
 "withdrawn").
 
 With RESOURCE (a TYPE as kubectl takes it), list the plugins of that
