@@ -79,7 +79,7 @@ const PLUGINS_ABOUT: &str = "\
 List the plugins registered with kplug: the API each serves, its
 implementation and version, whether it is Ready, its instances when kplug
 reports them, and its canary when it has one (its version and share, or
-"withdrawn").
+that kplug withdrew it).
 
 With RESOURCE (a TYPE as kubectl takes it), list the plugins of that
 resource's API and say which one a reconcile of it would be sent to, and
