@@ -32,6 +32,10 @@ pub(super) fn route<'v>(
         versions,
         track: None,
     };
+    // The usual case, without a canary: nothing to collect or parse.
+    if plugin.status.instances.iter().all(|i| i.canary_weight == 0) {
+        return (in_range, None);
+    }
     let eligible: Vec<_> = plugin
         .status
         .serving_instances()
