@@ -586,21 +586,22 @@ def _positive_duration(text: str) -> float:
     return value
 
 
-def _canary_weight(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _canary_weight(text: str) -> int:
+    value = _integer(text)
     if not 0 <= value <= 99:
         raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 99 (0: a stable instance)")
     return value
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
