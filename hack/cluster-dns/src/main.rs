@@ -124,6 +124,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Error> {
+    // Before anything another process can observe (the first log line): a
+    // SIGTERM that comes earlier would kill the server instead of stopping it.
+    let mut terminate = signal(SignalKind::terminate()).map_err(Error::Signals)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
     let mut domain = Name::from_ascii(&args.domain).map_err(|source| Error::Domain {
         domain: args.domain.clone(),
         source,
@@ -170,8 +174,6 @@ async fn run(args: Args) -> Result<(), Error> {
     );
     let mut watch = tokio::spawn(sync::run(client, domain, args.ttl, publish));
 
-    let mut terminate = signal(SignalKind::terminate()).map_err(Error::Signals)?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
     let outcome = tokio::select! {
         _ = terminate.recv() => Ok("SIGTERM"),
         _ = interrupt.recv() => Ok("SIGINT"),

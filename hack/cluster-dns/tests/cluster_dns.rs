@@ -353,11 +353,7 @@ fn answers_follow_services_and_endpoints_and_nothing_else_is_answered() {
         rss
     );
 
-    let mut server = server;
-    assert!(
-        server.process.terminate(Duration::from_secs(5)),
-        "the server did not exit cleanly on SIGTERM"
-    );
+    server.stop();
 }
 
 #[test]
@@ -400,11 +396,7 @@ fn without_kube_apiserver_it_answers_servfail_in_the_domain_and_refuses_the_rest
         let reply = dns.ask_over("example.com.", RecordType::A, transport);
         assert!(refused(&reply), "{transport:?}: {reply:?}");
     }
-    let mut server = server;
-    assert!(
-        server.process.terminate(Duration::from_secs(5)),
-        "the server did not exit cleanly on SIGTERM"
-    );
+    server.stop();
 }
 
 #[test]

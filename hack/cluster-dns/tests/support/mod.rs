@@ -77,6 +77,19 @@ impl DnsServer {
         }
     }
 
+    /// Sends SIGTERM and asserts a clean exit within five seconds; when not,
+    /// panics with the exit status and the server's log.
+    pub fn stop(mut self) {
+        let clean = self.process.terminate(Duration::from_secs(5));
+        let status = self.process.child.try_wait();
+        assert!(
+            clean,
+            "kplug-cluster-dns did not exit cleanly on SIGTERM ({status:?}; killed when still \
+             running after 5 s); its log: {:#?}",
+            self.stderr.drain()
+        );
+    }
+
     /// Resident memory, from /proc.
     pub fn rss_kib(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.process.pid()))
