@@ -258,3 +258,16 @@ def test_canary_weight() -> None:
     for bad in ("100", "-1", "ten"):
         with pytest.raises(SystemExit):
             parse(["--canary-weight", bad])
+
+
+def test_shadow() -> None:
+    assert parse([]).shadow == 0
+    assert parse(["--shadow"]).shadow == 100
+    assert parse(["--shadow", "25"]).shadow == 25
+    assert parse(["--shadow=5"]).shadow == 5
+    assert parse([], {"KPLUG_SHADOW": "40"}).shadow == 40
+    for bad in ("101", "-1", "all"):
+        with pytest.raises(SystemExit):
+            parse(["--shadow", bad])
+    with pytest.raises(ValueError, match="exclude each other"):
+        parse(["--shadow", "--canary-weight", "10"])

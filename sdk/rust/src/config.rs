@@ -42,6 +42,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// | `--server-name` | `KPLUG_SERVER_NAME` | none: the advertised host |
 /// | `--issued-identity` | `KPLUG_ISSUED_IDENTITY` | off |
 /// | `--canary-weight` | `KPLUG_CANARY_WEIGHT` | none: a stable instance |
+/// | `--shadow` | `KPLUG_SHADOW` | none; alone: 100 (percent of reconciles) |
 /// | `--local-address-file` | `KPLUG_LOCAL_ADDRESS_FILE` | none: serve for kplug |
 ///
 /// kplug's standalone registry speaks plain gRPC (`http://`) and needs
@@ -237,6 +238,26 @@ pub struct Config {
     )]
     pub canary_weight: Option<u32>,
 
+    /// Run as a shadow of the plugin's next version: kplug sends this
+    /// percentage (1-100, 100 when the flag has no value) of the plugin's
+    /// reconciles to the shadow again with dryRun set, after another
+    /// instance has answered, and shows where the two answers differ
+    /// (`kubectl kplug shadow`); the shadow serves nothing else [default:
+    /// not a shadow].
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "KPLUG_SHADOW",
+            value_name = "PERCENT",
+            num_args = 0..=1,
+            default_missing_value = "100",
+            value_parser = clap::value_parser!(u32).range(1..=100),
+            conflicts_with = "canary_weight"
+        )
+    )]
+    pub shadow: Option<u32>,
+
     /// Serve without kplug, as `kubectl kplug render` runs a plugin: no
     /// heartbeats and plain gRPC (the registry and TLS settings are not
     /// used); once listening, write the address (`127.0.0.1:PORT`) to this
@@ -264,6 +285,7 @@ impl Default for Config {
             issued_identity: false,
             server_name: None,
             canary_weight: None,
+            shadow: None,
             local_address_file: None,
         }
     }
@@ -376,6 +398,14 @@ impl Config {
     #[must_use]
     pub fn canary_weight(mut self, percent: u32) -> Self {
         self.canary_weight = Some(percent);
+        self
+    }
+
+    /// Runs as a shadow receiving dry-run copies of `percent` (1-100) of
+    /// the plugin's reconciles; see the field.
+    #[must_use]
+    pub fn shadow(mut self, percent: u32) -> Self {
+        self.shadow = Some(percent);
         self
     }
 

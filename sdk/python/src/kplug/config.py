@@ -50,6 +50,10 @@ from a terminal (flags) and from a Kubernetes Deployment (env):
   kplug sends this percentage (1-99) of the plugin's objects, each always to the same side, to the
   canary instances, and withdraws a canary that fails or misses its deadline more often than the
   other instances; default: a stable instance.
+- ``--shadow [PERCENT]`` / ``KPLUG_SHADOW``: run as a shadow of the plugin's next version: after
+  another instance has answered, kplug sends this percentage (1-100; 100 when the flag has no value)
+  of the plugin's reconciles to the shadow again with ``dry_run`` set and shows where the answers
+  differ (``kubectl kplug shadow``); the shadow serves nothing else. Excludes ``--canary-weight``.
 - ``--local-address-file PATH`` / ``KPLUG_LOCAL_ADDRESS_FILE``: serve without kplug, as
   ``kubectl kplug render`` runs a plugin: no heartbeats and plain gRPC (the registry and TLS
   settings are not used); once listening, the address (``127.0.0.1:PORT``) is written to PATH.
@@ -144,6 +148,8 @@ class Config:
     issued_identity: bool = False
     #: A canary's share of the plugin's objects, in percent (1-99); 0: a stable instance.
     canary_weight: int = 0
+    #: A shadow's share of the plugin's reconciles, in percent (1-100); 0: not a shadow.
+    shadow: int = 0
     #: Serve without kplug (``kubectl kplug render``): no heartbeats, plain
     #: gRPC, and the listening address written to this file once serving.
     local_address_file: str | None = None
@@ -493,6 +499,17 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
         "(env KPLUG_CANARY_WEIGHT; default: a stable instance)",
     )
     group.add_argument(
+        "--shadow",
+        type=_shadow_percent,
+        nargs="?",
+        const=100,
+        default=env("KPLUG_SHADOW", "0"),
+        metavar="PERCENT",
+        help="run as a shadow of the plugin's next version: kplug sends it dry-run copies of this percentage "
+        "(1-100, 100 without a value) of the plugin's reconciles and shows where its answers differ "
+        "(env KPLUG_SHADOW; default: not a shadow)",
+    )
+    group.add_argument(
         "--local-address-file",
         default=env("KPLUG_LOCAL_ADDRESS_FILE"),
         metavar="PATH",
@@ -548,7 +565,10 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Conf
         issued_identity=issued_identity,
         local_address_file=args.local_address_file,
         canary_weight=args.canary_weight,
+        shadow=args.shadow,
     )
+    if config.canary_weight and config.shadow:
+        raise ValueError("--shadow and --canary-weight exclude each other: a shadow serves no caller")
     if config.local_address_file:
         return local(config)
     # First: its refusals name the flags that --issued-identity replaces.
@@ -597,6 +617,13 @@ def _canary_weight(text: str) -> int:
     value = _integer(text)
     if not 0 <= value <= 99:
         raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 99 (0: a stable instance)")
+    return value
+
+
+def _shadow_percent(text: str) -> int:
+    value = _integer(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 100 (0: not a shadow)")
     return value
 
 

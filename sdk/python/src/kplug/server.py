@@ -378,6 +378,7 @@ def _heartbeat_request(
         instance=instance,
         server_name=identity.name if identity else config.server_name,
         canary_weight=config.canary_weight,
+        shadow_percent=config.shadow,
     )
     if config.heartbeat_interval is not None:
         request.interval.CopyFrom(seconds_duration(config.heartbeat_interval))

@@ -120,6 +120,7 @@ pub struct Heartbeater {
     instance: String,
     server_name: String,
     canary_weight: u32,
+    shadow_percent: u32,
     resolver: Arc<dyn Resolve>,
     resolve_interval: Duration,
     identity: Option<Arc<IssuedIdentity>>,
@@ -137,6 +138,7 @@ impl fmt::Debug for Heartbeater {
             .field("instance", &self.instance)
             .field("server_name", &self.server_name)
             .field("canary_weight", &self.canary_weight)
+            .field("shadow_percent", &self.shadow_percent)
             .field("resolve_interval", &self.resolve_interval)
             .finish_non_exhaustive()
     }
@@ -158,6 +160,7 @@ impl Heartbeater {
             instance: String::new(),
             server_name: String::new(),
             canary_weight: 0,
+            shadow_percent: 0,
             resolver: Arc::new(SystemResolver),
             resolve_interval: RESOLVE_INTERVAL,
             identity: None,
@@ -190,6 +193,16 @@ impl Heartbeater {
     #[must_use]
     pub fn canary_weight(mut self, percent: u32) -> Self {
         self.canary_weight = percent;
+        self
+    }
+
+    /// Declares this instance a shadow of the plugin's next version,
+    /// receiving dry-run copies of `percent` (1-100) of the plugin's
+    /// reconciles; 0, the default, is not a shadow. See
+    /// [`Config`](crate::Config)'s `--shadow`.
+    #[must_use]
+    pub fn shadow_percent(mut self, percent: u32) -> Self {
+        self.shadow_percent = percent;
         self
     }
 
@@ -318,6 +331,7 @@ impl Heartbeater {
         request.instance = self.instance;
         request.server_name = self.server_name;
         request.canary_weight = self.canary_weight;
+        request.shadow_percent = self.shadow_percent;
         let status = Arc::new(self.status);
         let (phase, phase_receiver) = watch::channel(Phase::Serving);
         let fleet = Fleet {

@@ -195,6 +195,9 @@ impl<P: Plugin> Server<P> {
         if let Some(percent) = config.canary_weight {
             heartbeater = heartbeater.canary_weight(percent);
         }
+        if let Some(percent) = config.shadow {
+            heartbeater = heartbeater.shadow_percent(percent);
+        }
         if let Some(path) = config.token_file {
             heartbeater = heartbeater.token_file(path);
         }

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkplug/v1alpha1/registry.proto\x12\x0ekplug.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\"\x85\x04\n\x10HeartbeatRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12&\n\x03\x61pi\x18\x03 \x01(\x0b\x32\x19.kplug.v1alpha1.PluginApi\x12\x16\n\x0eimplementation\x18\x04 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\x12\x31\n\nextensions\x18\x06 \x03(\x0b\x32\x1d.kplug.v1alpha1.ExtensionKind\x12<\n\x06labels\x18\x07 \x03(\x0b\x32,.kplug.v1alpha1.HeartbeatRequest.LabelsEntry\x12+\n\x08interval\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x08protocol\x18\t \x01(\x0b\x32\x18.kplug.v1alpha1.Protocol\x12\x10\n\x08instance\x18\n \x01(\t\x12\x10\n\x08\x64raining\x18\x0b \x01(\x08\x12\x13\n\x0bserver_name\x18\x0c \x01(\t\x12\x1b\n\x13\x63\x65rtificate_request\x18\r \x01(\x0c\x12\x1b\n\x13trust_bundle_sha256\x18\x0e \x01(\x0c\x12\x15\n\rcanary_weight\x18\x0f \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\tPluginApi\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08resource\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\"=\n\rExtensionKind\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\">\n\x08Protocol\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\"\xc8\x02\n\x11HeartbeatResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x08interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x31\n\x0fserver_protocol\x18\x07 \x01(\x0b\x32\x18.kplug.v1alpha1.Protocol\x12\x19\n\x11\x63\x65rtificate_chain\x18\x08 \x01(\t\x12\x14\n\x0ctrust_bundle\x18\t \x01(\t\x12:\n\x17\x63\x65rtificate_renew_after\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x11\x44\x65registerRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\"%\n\x12\x44\x65registerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\x32\xb1\x01\n\x08Registry\x12P\n\tHeartbeat\x12 .kplug.v1alpha1.HeartbeatRequest\x1a!.kplug.v1alpha1.HeartbeatResponse\x12S\n\nDeregister\x12!.kplug.v1alpha1.DeregisterRequest\x1a\".kplug.v1alpha1.DeregisterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkplug/v1alpha1/registry.proto\x12\x0ekplug.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\"\x9d\x04\n\x10HeartbeatRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12&\n\x03\x61pi\x18\x03 \x01(\x0b\x32\x19.kplug.v1alpha1.PluginApi\x12\x16\n\x0eimplementation\x18\x04 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\x12\x31\n\nextensions\x18\x06 \x03(\x0b\x32\x1d.kplug.v1alpha1.ExtensionKind\x12<\n\x06labels\x18\x07 \x03(\x0b\x32,.kplug.v1alpha1.HeartbeatRequest.LabelsEntry\x12+\n\x08interval\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x08protocol\x18\t \x01(\x0b\x32\x18.kplug.v1alpha1.Protocol\x12\x10\n\x08instance\x18\n \x01(\t\x12\x10\n\x08\x64raining\x18\x0b \x01(\x08\x12\x13\n\x0bserver_name\x18\x0c \x01(\t\x12\x1b\n\x13\x63\x65rtificate_request\x18\r \x01(\x0c\x12\x1b\n\x13trust_bundle_sha256\x18\x0e \x01(\x0c\x12\x15\n\rcanary_weight\x18\x0f \x01(\r\x12\x16\n\x0eshadow_percent\x18\x10 \x01(\r\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\tPluginApi\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08resource\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\"=\n\rExtensionKind\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\">\n\x08Protocol\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03sdk\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\"\xc8\x02\n\x11HeartbeatResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x08interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x31\n\x0fserver_protocol\x18\x07 \x01(\x0b\x32\x18.kplug.v1alpha1.Protocol\x12\x19\n\x11\x63\x65rtificate_chain\x18\x08 \x01(\t\x12\x14\n\x0ctrust_bundle\x18\t \x01(\t\x12:\n\x17\x63\x65rtificate_renew_after\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x11\x44\x65registerRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\"%\n\x12\x44\x65registerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\x32\xb1\x01\n\x08Registry\x12P\n\tHeartbeat\x12 .kplug.v1alpha1.HeartbeatRequest\x1a!.kplug.v1alpha1.HeartbeatResponse\x12S\n\nDeregister\x12!.kplug.v1alpha1.DeregisterRequest\x1a\".kplug.v1alpha1.DeregisterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_HEARTBEATREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_HEARTBEATREQUEST']._serialized_start=82
-  _globals['_HEARTBEATREQUEST']._serialized_end=599
-  _globals['_HEARTBEATREQUEST_LABELSENTRY']._serialized_start=554
-  _globals['_HEARTBEATREQUEST_LABELSENTRY']._serialized_end=599
-  _globals['_PLUGINAPI']._serialized_start=601
-  _globals['_PLUGINAPI']._serialized_end=662
-  _globals['_EXTENSIONKIND']._serialized_start=664
-  _globals['_EXTENSIONKIND']._serialized_end=725
-  _globals['_PROTOCOL']._serialized_start=727
-  _globals['_PROTOCOL']._serialized_end=789
-  _globals['_HEARTBEATRESPONSE']._serialized_start=792
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1120
-  _globals['_DEREGISTERREQUEST']._serialized_start=1122
-  _globals['_DEREGISTERREQUEST']._serialized_end=1190
-  _globals['_DEREGISTERRESPONSE']._serialized_start=1192
-  _globals['_DEREGISTERRESPONSE']._serialized_end=1229
-  _globals['_REGISTRY']._serialized_start=1232
-  _globals['_REGISTRY']._serialized_end=1409
+  _globals['_HEARTBEATREQUEST']._serialized_end=623
+  _globals['_HEARTBEATREQUEST_LABELSENTRY']._serialized_start=578
+  _globals['_HEARTBEATREQUEST_LABELSENTRY']._serialized_end=623
+  _globals['_PLUGINAPI']._serialized_start=625
+  _globals['_PLUGINAPI']._serialized_end=686
+  _globals['_EXTENSIONKIND']._serialized_start=688
+  _globals['_EXTENSIONKIND']._serialized_end=749
+  _globals['_PROTOCOL']._serialized_start=751
+  _globals['_PROTOCOL']._serialized_end=813
+  _globals['_HEARTBEATRESPONSE']._serialized_start=816
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1144
+  _globals['_DEREGISTERREQUEST']._serialized_start=1146
+  _globals['_DEREGISTERREQUEST']._serialized_end=1214
+  _globals['_DEREGISTERRESPONSE']._serialized_start=1216
+  _globals['_DEREGISTERRESPONSE']._serialized_end=1253
+  _globals['_REGISTRY']._serialized_start=1256
+  _globals['_REGISTRY']._serialized_end=1433
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol", "instance", "draining", "server_name", "certificate_request", "trust_bundle_sha256", "canary_weight")
+    __slots__ = ("name", "version", "api", "implementation", "address", "extensions", "labels", "interval", "protocol", "instance", "draining", "server_name", "certificate_request", "trust_bundle_sha256", "canary_weight", "shadow_percent")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class HeartbeatRequest(_message.Message):
     CERTIFICATE_REQUEST_FIELD_NUMBER: _ClassVar[int]
     TRUST_BUNDLE_SHA256_FIELD_NUMBER: _ClassVar[int]
     CANARY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_PERCENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     api: PluginApi
@@ -48,7 +49,8 @@ class HeartbeatRequest(_message.Message):
     certificate_request: bytes
     trust_bundle_sha256: bytes
     canary_weight: int
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ..., instance: _Optional[str] = ..., draining: _Optional[bool] = ..., server_name: _Optional[str] = ..., certificate_request: _Optional[bytes] = ..., trust_bundle_sha256: _Optional[bytes] = ..., canary_weight: _Optional[int] = ...) -> None: ...
+    shadow_percent: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., api: _Optional[_Union[PluginApi, _Mapping]] = ..., implementation: _Optional[str] = ..., address: _Optional[str] = ..., extensions: _Optional[_Iterable[_Union[ExtensionKind, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., protocol: _Optional[_Union[Protocol, _Mapping]] = ..., instance: _Optional[str] = ..., draining: _Optional[bool] = ..., server_name: _Optional[str] = ..., certificate_request: _Optional[bytes] = ..., trust_bundle_sha256: _Optional[bytes] = ..., canary_weight: _Optional[int] = ..., shadow_percent: _Optional[int] = ...) -> None: ...
 
 class PluginApi(_message.Message):
     __slots__ = ("group", "resource", "version")
