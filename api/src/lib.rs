@@ -7,5 +7,6 @@
 pub mod answer;
 pub mod canary;
 pub mod selection;
+pub mod shadow;
 pub mod v1alpha1;
 pub mod version;

@@ -173,6 +173,18 @@ pub struct PluginInstance {
     /// takes; absent for a stable instance. A withdrawn canary is not ready.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub canary_weight: u32,
+    /// A shadow: the percentage (1-100) of the plugin's reconciles it
+    /// receives a dry-run copy of, after another instance answered; absent
+    /// for an instance that serves callers. A shadow serves no caller.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shadow_percent: u32,
+}
+
+impl PluginInstance {
+    /// Whether the instance is a shadow, which serves no caller.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow_percent > 0
+    }
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -100,6 +100,24 @@ Examples:
   # The same, when the object prefers MariaDB
   kubectl kplug plugins databasetables.myorg.org --implementation MariaDB";
 
+const SHADOW_ABOUT: &str = "\
+Show how a plugin's shadow instances answered the dry-run copies kplug sent
+them of the plugin's reconciles, compared with the answers the callers got:
+the counts (same, different, failed, skipped) and, newest first, the last
+differences field by field (- the caller's answer, + the shadow's).
+
+A shadow is an instance started with --shadow (both SDKs): it serves no
+caller. The figures are those of the kplug replica that answers, since it
+first copied a reconcile of the plugin.";
+
+const SHADOW_EXAMPLES: &str = "\
+Examples:
+  # How the shadow of the tables plugin compares
+  kubectl kplug shadow tables
+
+  # The same as an object, for scripts
+  kubectl kplug shadow tables -o json";
+
 const CREATE_PLUGIN_ABOUT: &str = "\
 Print the manifests that install a plugin: its ServiceAccount, RBAC that lets
 it heartbeat to kplug as NAME and nothing else, a Deployment of --replicas pods
@@ -214,6 +232,15 @@ pub enum Command {
         override_usage = "kubectl kplug plugins [RESOURCE] [options]"
     )]
     Plugins(PluginsArgs),
+    /// Show where a plugin's shadow answered otherwise than the plugin
+    #[command(
+        long_about = SHADOW_ABOUT,
+        before_help = SHADOW_EXAMPLES,
+        after_help = MORE,
+        help_template = TEMPLATE,
+        override_usage = "kubectl kplug shadow PLUGIN [options]"
+    )]
+    Shadow(ShadowArgs),
     /// Run a plugin locally on objects from files and print its answer
     #[command(
         long_about = RENDER_ABOUT,
@@ -424,6 +451,16 @@ pub struct ReconcileArgs {
     /// kplug chooses freely.
     #[arg(long, default_value = "Sticky")]
     pub binding: BindingPolicy,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShadowArgs {
+    /// The plugin's name (kubectl kplug plugins lists them).
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: String,
+    /// yaml or json: the PluginShadow object.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Format>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -13,6 +13,7 @@ mod plugins;
 mod reconcile;
 mod render;
 mod resource;
+mod shadow;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -33,6 +34,10 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Command::Plugins(args) => {
             let connection = connect::connect(&cli.connection).await?;
             plugins::run(&connection.client, args).await
+        }
+        Command::Shadow(args) => {
+            let connection = connect::connect(&cli.connection).await?;
+            shadow::run(&connection.client, args).await
         }
         Command::Render(args) => render::run(args).await,
         Command::Create(CreateCommand::Plugin(args)) => {

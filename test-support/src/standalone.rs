@@ -260,29 +260,44 @@ impl StandaloneKplug {
     /// second on a free port; flags in `extra` win over these defaults.
     pub fn plugin(&self, name: &str, extra: &[&str]) -> Process {
         Process::spawn(
-            Command::new(workspace_binary("hello-plugin"))
-                .args(["--registry", &self.grpc, "--name", name])
-                .args(extra)
-                // Defaults through the environment, so that flags win.
-                .env("KPLUG_HEARTBEAT_INTERVAL", "1s")
-                .env("KPLUG_LISTEN", format!("127.0.0.1:{}", free_port()))
-                .env("RUST_LOG", "info")
+            self.plugin_command(name, extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit()),
             name,
         )
     }
 
+    /// [`plugin`](Self::plugin), with its log (stderr) to read.
+    pub fn plugin_logging(&self, name: &str, extra: &[&str]) -> (Process, Lines) {
+        Process::spawn_with_stderr(self.plugin_command(name, extra).stdout(Stdio::null()), name)
+    }
+
+    fn plugin_command(&self, name: &str, extra: &[&str]) -> Command {
+        let mut command = Command::new(workspace_binary("hello-plugin"));
+        command
+            .args(["--registry", &self.grpc, "--name", name])
+            .args(extra)
+            // Defaults through the environment, so that flags win.
+            .env("KPLUG_HEARTBEAT_INTERVAL", "1s")
+            .env("KPLUG_LISTEN", format!("127.0.0.1:{}", free_port()))
+            .env("RUST_LOG", "info");
+        command
+    }
+
     /// [`plugin`](Self::plugin), once registered, and the address it
     /// serves at (to register other instances in front of it by hand).
     pub fn plugin_serving(&self, name: &str, extra: &[&str]) -> (Process, String) {
         let process = self.plugin(name, extra);
+        (process, self.plugin_address(name))
+    }
+
+    /// The address the plugin `name` registered, once it has.
+    pub fn plugin_address(&self, name: &str) -> String {
         let plugin = self.wait_for_plugin(name, |plugin| plugin["spec"]["address"].is_string());
-        let address = plugin["spec"]["address"]
+        plugin["spec"]["address"]
             .as_str()
             .unwrap_or_default()
-            .to_owned();
-        (process, address)
+            .to_owned()
     }
 
     /// `POST path` of the JSON `body` as the admin: the code and the

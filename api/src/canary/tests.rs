@@ -11,6 +11,7 @@ fn instance(name: &str, canary_weight: u32) -> PluginInstance {
         draining: false,
         last_heartbeat_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         canary_weight,
+        shadow_percent: 0,
     }
 }
 

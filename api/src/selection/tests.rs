@@ -195,6 +195,7 @@ fn instances(mut plugin: Plugin, versions: &[&str]) -> Plugin {
             draining: false,
             last_heartbeat_time: Time(Timestamp::UNIX_EPOCH),
             canary_weight: 0,
+            shadow_percent: 0,
         })
         .collect();
     plugin

@@ -44,6 +44,14 @@ const RESOURCES: &[Served] = &[
         categories: &[],
     },
     Served {
+        name: "plugins/shadow",
+        singular: "",
+        kind: "PluginShadow",
+        verbs: &["get"],
+        short_names: &[],
+        categories: &[],
+    },
+    Served {
         name: "reconciles",
         singular: "reconcile",
         kind: "Reconcile",

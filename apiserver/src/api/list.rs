@@ -196,6 +196,7 @@ mod tests {
                 address: format!("plugin-{i}.example:50051"),
                 server_name: String::new(),
                 canary_weight: 0,
+                shadow_percent: 0,
                 extensions: vec![crate::v1alpha1::ExtensionKind {
                     group: "backups.example.org".to_owned(),
                     version: String::new(),

@@ -10,6 +10,7 @@ pub mod plugins;
 pub mod reconcile;
 pub mod response;
 pub mod selector;
+pub mod shadow;
 pub mod status;
 pub mod table;
 pub mod watcher;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     pub watch: WatchSettings,
     pub reconcile: reconcile::ReconcileSettings,
+    /// The bound on dry-run copies to shadow plugins in flight.
+    pub shadow_calls: reconcile::ShadowCalls,
     /// Turns true when the server closes its connections at shutdown:
     /// watches end then, so that clients watch again elsewhere.
     pub closing: tokio::sync::watch::Receiver<bool>,
@@ -80,6 +83,10 @@ pub fn router(
             post(reconcile::create)
                 .fallback(method_not_allowed)
                 .layer(body_limit),
+        )
+        .route(
+            &format!("{collection}/{{name}}/shadow"),
+            get(shadow::get).fallback(method_not_allowed),
         )
         .route(&collection, get(plugins::list).fallback(method_not_allowed))
         .route(

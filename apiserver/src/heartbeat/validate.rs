@@ -15,6 +15,7 @@ const MAX_LABELS: usize = 64;
 const MAX_CAPABILITIES: usize = 32;
 /// A canary takes part of the calls, never all: 100 would be a stable instance.
 const MAX_CANARY_WEIGHT: u32 = 99;
+const MAX_SHADOW_PERCENT: u32 = 100;
 
 /// One invalid field, worded like Kubernetes field errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +200,25 @@ pub fn declaration(
             ),
         });
     }
+    if request.shadow_percent > MAX_SHADOW_PERCENT {
+        errors.0.push(FieldError {
+            field: "shadowPercent".to_owned(),
+            message: format!(
+                "Invalid value: {}: must be between 0 and {MAX_SHADOW_PERCENT}, inclusive (the \
+                 percentage of reconciles a shadow receives a copy of; 0 for an instance that \
+                 serves callers)",
+                request.shadow_percent
+            ),
+        });
+    } else if request.shadow_percent > 0 && request.canary_weight > 0 {
+        errors.0.push(FieldError {
+            field: "shadowPercent".to_owned(),
+            message: format!(
+                "Invalid value: {}: must be 0 when canaryWeight is set (a shadow serves no caller)",
+                request.shadow_percent
+            ),
+        });
+    }
     errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);
     for (i, extension) in request.extensions.iter().enumerate() {
         let field = format!("extensions[{i}]");
@@ -286,6 +306,7 @@ pub fn declaration(
         address: request.address,
         server_name: request.server_name,
         canary_weight: request.canary_weight,
+        shadow_percent: request.shadow_percent,
         extensions: request
             .extensions
             .into_iter()

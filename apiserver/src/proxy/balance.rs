@@ -45,6 +45,7 @@ pub(super) fn serving<'p>(
             draining: false,
             last_heartbeat_time: plugin.status.last_heartbeat_time.clone(),
             canary_weight: 0,
+            shadow_percent: 0,
         });
         return vec![instance];
     }

@@ -96,12 +96,15 @@ pub struct Route<'a> {
     pub versions: Option<&'a VersionConstraint>,
     /// Only the instances on this side of a canary.
     pub track: Option<Track>,
+    /// Only shadow instances (a dry-run copy); otherwise none.
+    pub shadow: bool,
 }
 
 impl Route<'_> {
     pub fn admits(&self, instance: &PluginInstance) -> bool {
         self.versions.is_none_or(|v| v.matches(&instance.version))
             && self.track.is_none_or(|t| Track::of(instance) == t)
+            && instance.is_shadow() == self.shadow
     }
 }
 
@@ -255,6 +258,25 @@ impl Proxy {
             |answer| answer.response.success,
         );
         result
+    }
+
+    /// Calls one of `plugin`'s shadow instances with a dry-run copy of a
+    /// reconcile. Not counted in the plugin's call metrics: the shadow's
+    /// record is the registry's.
+    pub async fn call_shadow(
+        &self,
+        plugin: &Plugin,
+        operation: Operation,
+        request: ReconcileRequest,
+        timeout: Duration,
+        trace: &TraceParent,
+    ) -> Result<Answered, ProxyError> {
+        let route = Route {
+            shadow: true,
+            ..Route::default()
+        };
+        self.call_unmeasured(plugin, operation, request, timeout, trace, route)
+            .await
     }
 
     /// Calls one Ready instance of `plugin`, and another when the first

@@ -32,6 +32,7 @@ pub(super) fn declaration(name: &str, instance: &str, address: &str) -> Declarat
         address: address.to_owned(),
         server_name: String::new(),
         canary_weight: 0,
+        shadow_percent: 0,
         extensions: Vec::new(),
         labels: Labels::default(),
         interval: Duration::from_secs(60),

@@ -24,6 +24,9 @@ pub struct Declaration {
     pub server_name: String,
     /// A canary's share of the plugin's objects, in percent; 0: stable.
     pub canary_weight: u32,
+    /// A shadow's share of the plugin's reconciles, in percent; 0: serves
+    /// callers.
+    pub shadow_percent: u32,
     pub extensions: Vec<ExtensionKind>,
     pub labels: Labels,
     /// Already clamped to the range the registry accepts.

@@ -43,7 +43,8 @@ impl Collector for RegistryCollector {
             None,
             expiries.metric_type(),
         )?)?;
-        self.encode_canaries(&mut encoder)
+        self.encode_canaries(&mut encoder)?;
+        self.encode_shadows(&mut encoder)
     }
 }
 
@@ -82,6 +83,33 @@ impl RegistryCollector {
         for (plugin, record) in &judges.0 {
             ConstCounter::new(record.withdrawals)
                 .encode(withdrawals.encode_family(&[("plugin", plugin.as_str())])?)?;
+        }
+        Ok(())
+    }
+
+    /// `kplug_shadow_copies_total{plugin,result}`, for plugins whose
+    /// reconciles were copied to a shadow.
+    fn encode_shadows(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let records = self.0.shadows.lock();
+        if records.0.is_empty() {
+            return Ok(());
+        }
+        let mut copies = encoder.encode_descriptor(
+            "kplug_shadow_copies",
+            "Reconciles sampled for a shadow, by how the shadow's answer compared with the caller's",
+            None,
+            MetricType::Counter,
+        )?;
+        for (plugin, record) in &records.0 {
+            for (result, count) in [
+                ("same", record.same),
+                ("different", record.different),
+                ("failed", record.failed),
+                ("skipped", record.skipped),
+            ] {
+                let labels = [("plugin", plugin.as_str()), ("result", result)];
+                ConstCounter::new(count).encode(copies.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

@@ -24,6 +24,7 @@ mod metrics;
 mod read;
 mod render;
 mod select;
+mod shadow;
 mod sweep;
 mod version;
 mod write;
@@ -47,6 +48,7 @@ use instances::{Instance, Instances};
 pub use kplug_api::selection::{Implementation, SelectError, compare_versions};
 pub use metrics::RegistryCollector;
 pub use read::{Census, Page, Row};
+pub use shadow::Comparison;
 pub use version::{Epoch, ForeignVersion, InvalidVersion, RequestedVersion};
 pub use write::{Accepted, DeleteError, Preconditions, Refusal};
 
@@ -130,6 +132,12 @@ impl Lifecycle {
         instance.serving() && !withdrawn
     }
 
+    /// Whether `instance` makes the plugin Ready: it takes calls and is
+    /// not a shadow, which serves no caller.
+    fn serves_callers(&self, instance: &Instance) -> bool {
+        instance.declaration.shadow_percent == 0 && self.takes_calls(instance)
+    }
+
     fn new(now: Timestamp) -> Self {
         Self {
             uid: uuid::Uuid::new_v4().to_string(),
@@ -189,6 +197,8 @@ pub struct Registry {
     expired: AtomicU64,
     /// The record of each plugin's canary against its stable instances.
     canaries: Mutex<canary::Judges>,
+    /// How each plugin's shadows answered, compared with its callers'.
+    shadows: Mutex<shadow::Records>,
 }
 
 fn signed(duration: Duration) -> SignedDuration {
@@ -210,6 +220,7 @@ impl Registry {
             events,
             expired: AtomicU64::new(0),
             canaries: Mutex::default(),
+            shadows: Mutex::default(),
         }
     }
 

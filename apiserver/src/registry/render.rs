@@ -63,6 +63,7 @@ fn instance_status(instance: &Instance, lifecycle: &Lifecycle) -> PluginInstance
         draining: declaration.draining,
         last_heartbeat_time: Time(instance.last_seen()),
         canary_weight: declaration.canary_weight,
+        shadow_percent: declaration.shadow_percent,
     }
 }
 

@@ -27,6 +27,7 @@ fn declaration(name: &str) -> Declaration {
         address: "127.0.0.1:50052".to_owned(),
         server_name: String::new(),
         canary_weight: 0,
+        shadow_percent: 0,
         extensions: Vec::new(),
         labels: Labels::default(),
         interval: Duration::from_secs(5),

@@ -145,8 +145,9 @@ impl Registry {
                 (&**entry, object)
             }
             btree_map::Entry::Vacant(vacant) => {
-                let lifecycle = Lifecycle::new(now);
+                let mut lifecycle = Lifecycle::new(now);
                 let instances = Instances::new(Instance::new(declaration, now));
+                lifecycle.ready = instances.iter().any(|i| lifecycle.serves_callers(i));
                 let object = self.render(&instances, &lifecycle, resource_version);
                 let encoded = Arc::new(Encoded::new(&object, resource_version));
                 let entry = vacant.insert(Box::new(Entry {
@@ -192,7 +193,7 @@ impl Registry {
         resource_version: u64,
     ) -> Plugin {
         let lifecycle = &mut entry.lifecycle;
-        let ready = entry.instances.iter().any(|i| lifecycle.takes_calls(i));
+        let ready = entry.instances.iter().any(|i| lifecycle.serves_callers(i));
         if ready != lifecycle.ready {
             lifecycle.ready = ready;
             lifecycle.ready_since = now;
@@ -381,6 +382,7 @@ impl Registry {
     pub(super) fn remove(&self, state: &mut State, name: &str) -> Option<Arc<Encoded>> {
         let entry = state.plugins.remove(name)?;
         self.canaries.lock().forget(name);
+        self.shadows.lock().forget(name);
         state.resource_version += 1;
         let resource_version = state.resource_version;
         // Like Kubernetes, the deleted object carries the deletion's

@@ -31,6 +31,7 @@ pub(super) fn route<'v>(
     let in_range = Route {
         versions,
         track: None,
+        shadow: false,
     };
     // The usual case, without a canary: nothing to collect or parse.
     if plugin.status.instances.iter().all(|i| i.canary_weight == 0) {

@@ -11,6 +11,7 @@ mod decode;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod differential;
 mod scan;
+mod shadow;
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
 use crate::version::VersionConstraint;
 use decode::{Object, Request, Spec};
 pub use kplug_api::answer::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
+pub use shadow::{MAX_SHADOW_CALLS, ShadowCalls};
 
 /// Query parameters of a create.
 #[derive(Debug, Default, Deserialize)]
@@ -377,6 +379,7 @@ async fn delegate(
         trace_id = %trace.trace_id(),
     );
     let (route, split) = canary::route(&plugin, spec.object.as_ref(), versions.as_ref());
+    let sampled = shadow::sample(&plugin, &grpc_request);
     let started = Instant::now();
     let answer = state
         .proxy
@@ -409,6 +412,24 @@ async fn delegate(
     )?;
     let body = answer::body(&request, &status)
         .map_err(|e| ApiError::Internal(format!("encoding the response: {e}")))?;
+    if let Some(sampled) = sampled {
+        let primary = shadow::Primary {
+            plugin,
+            operation,
+            timeout,
+            trace,
+            status,
+        };
+        span.in_scope(|| {
+            shadow::send(
+                &state.shadow_calls,
+                &state.registry,
+                &state.proxy,
+                sampled,
+                primary,
+            )
+        });
+    }
     let mut response = (
         StatusCode::CREATED,
         [(
