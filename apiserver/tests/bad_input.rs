@@ -239,6 +239,21 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             ),
             (
                 HeartbeatRequest {
+                    shadow_percent: 101,
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "shadowPercent: Invalid value: 101: must be between 0 and 100, inclusive",
+            ),
+            (
+                HeartbeatRequest {
+                    shadow_percent: 10,
+                    canary_weight: 10,
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "shadowPercent: Invalid value: 10: must be 0 when canaryWeight is set",
+            ),
+            (
+                HeartbeatRequest {
                     interval: Some(prost_types::Duration {
                         seconds: -5,
                         nanos: 0,

@@ -107,3 +107,10 @@ def test_a_canary_declares_its_weight_and_a_stable_instance_none(registry: FakeR
     serve(Hello(), registry=registry.address, instance="stable")
     weights = {h.request.instance: h.request.canary_weight for h in registry.wait_for_heartbeats(2)}
     assert weights == {"canary": 10, "stable": 0}
+
+
+def test_a_shadow_declares_its_share_and_a_serving_instance_none(registry: FakeRegistry, serve: Serve) -> None:
+    serve(Hello(), registry=registry.address, instance="shadow", shadow=40)
+    serve(Hello(), registry=registry.address, instance="serving")
+    shares = {h.request.instance: h.request.shadow_percent for h in registry.wait_for_heartbeats(2)}
+    assert shares == {"shadow": 40, "serving": 0}
