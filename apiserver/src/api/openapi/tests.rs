@@ -54,6 +54,7 @@ fn both_documents_parse() {
     for path in [
         format!("{collection}/{{name}}"),
         format!("{collection}/{{name}}/reconcile"),
+        format!("{collection}/{{name}}/shadow"),
         "/apis/plugins.kplug.io/v1alpha1/reconciles".to_owned(),
     ] {
         assert!(v3.paths.paths.contains_key(&path), "{path}");
@@ -92,6 +93,7 @@ fn kinds_carry_their_group_version_kind() {
         ("Plugin", "Plugin"),
         ("PluginList", "PluginList"),
         ("Reconcile", "Reconcile"),
+        ("PluginShadow", "PluginShadow"),
     ] {
         let name = format!("{SCHEMA_PREFIX}{name}");
         let expected = json!([gvk(kind)]);
@@ -115,6 +117,14 @@ fn kinds_carry_their_group_version_kind() {
             );
         }
     }
+    let shadow = format!("/apis/{GROUP}/{VERSION}/plugins/{{name}}/shadow");
+    for document in [&v3, &v2] {
+        assert_eq!(
+            document["paths"][&shadow]["get"]["x-kubernetes-group-version-kind"],
+            gvk("PluginShadow"),
+            "get {shadow}"
+        );
+    }
     for path in ["plugins/{name}/reconcile", "reconciles"] {
         let path = format!("/apis/{GROUP}/{VERSION}/{path}");
         for document in [&v3, &v2] {
@@ -131,7 +141,7 @@ fn kinds_carry_their_group_version_kind() {
         .filter(|(_, schema)| schema.get("x-kubernetes-group-version-kind").is_some())
         .map(|(name, _)| name)
         .collect();
-    assert_eq!(carriers.len(), 3, "{carriers:?}");
+    assert_eq!(carriers.len(), 4, "{carriers:?}");
 }
 
 #[test]

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{JSON, META, OpenApiError, SCHEMA_PREFIX, V3_SCHEMA_REF, WATCH_JSON};
 use crate::v1alpha1::{GROUP, Plugin, Reconcile, VERSION};
+use kplug_api::shadow::PluginShadow;
 
 /// The schemas, in OpenAPI v3 form: a `components` object.
 const SCHEMAS: &str = include_str!("schemas.json");
@@ -242,6 +243,43 @@ fn path_items() -> Vec<(String, Value)> {
                         reconcile = Reconcile::KIND,
                     ),
                 ),
+            }),
+        ),
+        (
+            format!("{collection}/{{name}}/shadow"),
+            json!({
+                "parameters": [{
+                    "name": "name",
+                    "in": "path",
+                    "description": format!("name of the {kind}"),
+                    "required": true,
+                    "schema": { "type": "string" },
+                }],
+                "get": {
+                    "tags": tags,
+                    "description": format!(
+                        "read how the shadow instances of the specified {kind} answered the \
+                         dry-run copies of its reconciles, compared with the callers' answers"
+                    ),
+                    "operationId": operation_id("read", &format!("{kind}{}", PluginShadow::KIND)),
+                    "responses": {
+                        "200": {
+                            "description": "OK",
+                            "content": { JSON: { "schema": schema_ref(&format!("{SCHEMA_PREFIX}{}", PluginShadow::KIND)) } },
+                        },
+                        "401": unauthorized,
+                        "404": {
+                            "description": "Not Found: no Plugin has the requested name",
+                            "content": { JSON: { "schema": schema_ref(&format!("{META}Status")) } },
+                        },
+                    },
+                    "x-kubernetes-action": "get",
+                    "x-kubernetes-group-version-kind": {
+                        "group": GROUP,
+                        "version": VERSION,
+                        "kind": PluginShadow::KIND,
+                    },
+                },
             }),
         ),
         (
