@@ -131,16 +131,22 @@ pub struct PluginStatus {
 }
 
 impl PluginStatus {
-    /// The instances kplug sends calls to: Ready, hence not draining.
-    pub fn serving_instances(&self) -> impl Iterator<Item = &PluginInstance> {
+    /// The instances kplug sends calls to: Ready, hence not draining
+    /// (shadows included: they take dry-run copies).
+    pub fn ready_instances(&self) -> impl Iterator<Item = &PluginInstance> {
         self.instances.iter().filter(|i| i.ready)
+    }
+
+    /// The instances that serve callers: Ready, and not shadows.
+    pub fn serving_instances(&self) -> impl Iterator<Item = &PluginInstance> {
+        self.ready_instances().filter(|i| !i.is_shadow())
     }
 
     /// `ready/total`, as the INSTANCES column shows it.
     pub fn instances_summary(&self) -> String {
         format!(
             "{}/{}",
-            self.serving_instances().count(),
+            self.ready_instances().count(),
             self.instances.len()
         )
     }

@@ -108,6 +108,21 @@ fn a_shadow_gets_dry_run_copies_and_its_differences_are_shown() {
         (&shadow["name"], &shadow["shadowPercent"]),
         (&json!("tables-shadow"), &json!(100))
     );
+    // The shadow registered last, but the Plugin is what serves callers.
+    assert_eq!(plugin["spec"]["version"], "1.4.2", "{plugin:#}");
+    // A shadow's version serves no range either.
+    let (code, answer) = kplug.post_json(
+        RECONCILES,
+        &json!({"spec": {
+            "api": {"group": "myorg.org", "resource": "databasetables"},
+            "versionConstraint": ">=2",
+            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable",
+                       "metadata": {"name": "ranged", "namespace": "shop"}},
+        }}),
+    );
+    assert_eq!(code, 503, "{answer:#}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(message.contains("(Ready: 1.4.2 (tables))"), "{message}");
 
     // Every caller is served by the stable instance, as without a shadow.
     const CALLS: usize = 20;

@@ -29,7 +29,8 @@ pub(super) struct Chosen {
     pub(super) permit: OwnedSemaphorePermit,
 }
 
-/// The instances of `plugin` that take calls. An object without instances
+/// The instances of `plugin` that take calls, shadows too (a call's
+/// [`Route`](super::Route) picks the side). An object without instances
 /// (from a server before instances) is its `spec.address`, in `fallback`.
 pub(super) fn serving<'p>(
     plugin: &'p Plugin,
@@ -49,7 +50,7 @@ pub(super) fn serving<'p>(
         });
         return vec![instance];
     }
-    plugin.status.serving_instances().collect()
+    plugin.status.ready_instances().collect()
 }
 
 impl Proxy {

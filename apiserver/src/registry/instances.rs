@@ -75,9 +75,15 @@ impl Instances {
     /// The most recently registered instance, whose declaration gives the
     /// plugin its spec and labels: the choice does not change from one
     /// heartbeat to the next, so two versions heartbeating in turn during a
-    /// rolling update do not make the spec flap.
+    /// rolling update do not make the spec flap. A shadow, which serves no
+    /// caller, gives them only when every instance is one.
     pub(super) fn newest(&self) -> &Instance {
-        self.rest.last().unwrap_or(&self.first)
+        let last = self.rest.last().unwrap_or(&self.first);
+        std::iter::once(&self.first)
+            .chain(&self.rest)
+            .rev()
+            .find(|i| i.declaration.shadow_percent == 0)
+            .unwrap_or(last)
     }
 
     /// The instance that `identity` names (see [`Declaration::identity`]).

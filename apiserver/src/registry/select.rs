@@ -43,14 +43,14 @@ impl Candidate for Live<'_> {
     }
 
     fn ready_versions(&self) -> Vec<&str> {
-        // As the plugin's `status.instances` would show them Ready.
+        // As `status.serving_instances()` of the plugin would list them.
         if !self.entry.lifecycle.ready {
             return Vec::new();
         }
         self.entry
             .instances
             .iter()
-            .filter(|i| self.entry.lifecycle.takes_calls(i))
+            .filter(|i| self.entry.lifecycle.serves_callers(i))
             .map(|i| i.declaration.version.as_str())
             .collect()
     }

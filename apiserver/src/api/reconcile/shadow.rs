@@ -51,7 +51,7 @@ pub(super) struct Sampled {
 pub(super) fn sample(plugin: &Plugin, request: &proto::ReconcileRequest) -> Option<Sampled> {
     let percent = plugin
         .status
-        .serving_instances()
+        .ready_instances()
         .filter(|i| i.is_shadow())
         .map(|i| i.shadow_percent)
         .max()?;

@@ -360,3 +360,60 @@ fn two_versions_heartbeating_in_turn_do_not_flap_the_spec() {
     // b's last heartbeat before a's at 30s was at 28s.
     assert_eq!(times, [t0() + secs(30), t0() + secs(28)]);
 }
+
+#[test]
+fn a_shadow_neither_readies_nor_describes_the_plugin_and_its_record_goes_with_it() {
+    let registry = Registry::new(config());
+    let shadow = Declaration {
+        version: "2.0.0".to_owned(),
+        shadow_percent: 100,
+        ..instance("pg-shadow", 9)
+    };
+    registry
+        .heartbeat(shadow.clone(), t0())
+        .expect("the shadow");
+    let plugin = pg(&registry);
+    assert!(!plugin.is_ready(), "a shadow alone serves nobody");
+    assert_eq!(plugin.spec.version, "2.0.0", "nothing else describes it");
+    assert_eq!(plugin.status.serving_instances().count(), 0);
+
+    registry
+        .heartbeat(instance("pg-a", 1), t0() + secs(1))
+        .expect("a");
+    registry
+        .heartbeat(shadow, t0() + secs(2))
+        .expect("the shadow again");
+    let plugin = pg(&registry);
+    assert!(plugin.is_ready());
+    assert_eq!(
+        plugin.spec.address, "10.0.0.1:50052",
+        "the newest that serves"
+    );
+    assert_eq!(plugin.spec.version, "1.0.0");
+    let serving: Vec<&str> = plugin
+        .status
+        .serving_instances()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(serving, ["pg-a"]);
+    assert_eq!(plugin.status.instances_summary(), "2/2");
+
+    registry.shadow_outcome("pg", Comparison::Same, t0() + secs(3));
+    let record = registry.shadow("pg").expect("pg's record");
+    assert_eq!((record.status.compared, record.status.same), (1, 1));
+    assert_eq!(record.status.shadows.len(), 1);
+    registry
+        .delete("pg", &Preconditions::default())
+        .expect("deleted");
+    // A copy that comes back after the plugin went keeps nothing.
+    registry.shadow_outcome("pg", Comparison::Same, t0() + secs(4));
+    assert!(registry.shadow("pg").is_none());
+    registry
+        .heartbeat(instance("pg-a", 1), t0() + secs(5))
+        .expect("a again");
+    let record = registry.shadow("pg").expect("pg's record");
+    assert_eq!(
+        record.status.compared, 0,
+        "a new registration starts afresh"
+    );
+}
