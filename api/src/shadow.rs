@@ -18,6 +18,11 @@ use serde_json::Value;
 use crate::answer::PluginAnswer;
 use crate::v1alpha1::ObjectRef;
 
+/// Copies of one plugin's reconciles in flight at once, on one kplug
+/// replica. A sampled reconcile beyond it is skipped (and counted), so that
+/// a slow or hanging shadow holds a bounded number of requests, costs
+/// callers nothing, and leaves other plugins' shadows alone.
+pub const MAX_COPIES_IN_FLIGHT: usize = 64;
 /// Differences kept per plugin, newest first.
 pub const KEPT_DIFFERENCES: usize = 10;
 /// Fields kept per difference; the count says how many there were.
@@ -61,8 +66,9 @@ pub struct PluginShadowStatus {
     pub different: u64,
     /// Copies the shadow did not answer (an error or its deadline).
     pub failed: u64,
-    /// Sampled reconciles not copied: kplug's bound on shadow calls in
-    /// flight was reached (a slow shadow), or no shadow was Ready.
+    /// Sampled reconciles not copied: the bound on the plugin's copies in
+    /// flight was reached (a slow shadow), no shadow was Ready, or the
+    /// plugin does not declare DryRun.
     pub skipped: u64,
     /// When the first copy was sampled; absent before.
     #[serde(default, skip_serializing_if = "Option::is_none")]

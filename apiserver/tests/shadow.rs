@@ -4,13 +4,14 @@
 //! reconcile after the caller's answer. A shadow failing every other call
 //! on purpose shows each of those differences in `plugins/tables/shadow`,
 //! in `kubectl kplug shadow` and in the metrics; a shadow that panics or
-//! hangs changes nothing the caller gets, and kplug's bound on shadow
-//! calls in flight skips copies instead of piling them up.
+//! hangs changes nothing the caller gets, and kplug's bound on a plugin's
+//! copies in flight skips copies instead of piling them up, without
+//! touching another plugin's shadow.
 
 use std::process::Command;
 use std::time::Duration;
 
-use kplug_api::shadow::{KEPT_DIFFERENCES, PluginShadow};
+use kplug_api::shadow::{KEPT_DIFFERENCES, MAX_COPIES_IN_FLIGHT, PluginShadow};
 use kplug_proto::v1alpha1::HeartbeatRequest;
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::{
@@ -19,10 +20,7 @@ use kplug_test_support::{
 use serde_json::{Value, json};
 
 const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
-const SHADOW: &str = "/apis/plugins.kplug.io/v1alpha1/plugins/tables/shadow";
 const PLUGIN: &str = "tables";
-/// `MAX_SHADOW_CALLS` in kplug's reconcile module.
-const MAX_SHADOW_CALLS: usize = 64;
 
 /// The instance `instance` of `tables` at `address`, of `version`.
 fn instance(instance: &str, address: &str, version: &str, shadow_percent: u32) -> HeartbeatRequest {
@@ -65,8 +63,9 @@ fn served(status: &Value) -> (bool, &str, &str) {
     )
 }
 
-fn shadow_record(kplug: &StandaloneKplug) -> PluginShadow {
-    let (code, text) = kplug.curl("GET", SHADOW, &[], None);
+fn shadow_record(kplug: &StandaloneKplug, plugin: &str) -> PluginShadow {
+    let path = format!("/apis/plugins.kplug.io/v1alpha1/plugins/{plugin}/shadow");
+    let (code, text) = kplug.curl("GET", &path, &[], None);
     assert_eq!(code, 200, "{text}");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not a PluginShadow ({e}): {text}"))
 }
@@ -74,12 +73,13 @@ fn shadow_record(kplug: &StandaloneKplug) -> PluginShadow {
 /// Waits (on the record, polled) until `want` holds of it.
 fn wait_for_record(
     kplug: &StandaloneKplug,
+    plugin: &str,
     what: &str,
     want: impl Fn(&PluginShadow) -> bool,
 ) -> PluginShadow {
     let mut found = None;
     wait_until(what, Duration::from_secs(60), || {
-        let record = shadow_record(kplug);
+        let record = shadow_record(kplug, plugin);
         if want(&record) {
             found = Some(record);
             return Ok(());
@@ -134,7 +134,7 @@ fn a_shadow_gets_dry_run_copies_and_its_differences_are_shown() {
             (true, "1.4.2", format!("hello, {name}").as_str())
         );
     }
-    let record = wait_for_record(&kplug, "every copy compared", |r| {
+    let record = wait_for_record(&kplug, PLUGIN, "every copy compared", |r| {
         r.status.compared as usize == CALLS
     });
     let status = &record.status;
@@ -271,7 +271,9 @@ fn a_shadow_that_panics_or_hangs_changes_nothing_for_callers() {
             (true, "1.4.2", format!("hello, {name}").as_str())
         );
     }
-    let record = wait_for_record(&kplug, "five failed copies", |r| r.status.failed == 5);
+    let record = wait_for_record(&kplug, PLUGIN, "five failed copies", |r| {
+        r.status.failed == 5
+    });
     assert_eq!((record.status.compared, record.status.skipped), (0, 0));
     let error = &record.status.differences[0].error;
     assert!(error.contains("tables-shadow"), "{error}");
@@ -282,7 +284,7 @@ fn a_shadow_that_panics_or_hangs_changes_nothing_for_callers() {
     kplug.wait_for_plugin(PLUGIN, |p| {
         p["status"]["instances"][1]["version"] == "2.0.1"
     });
-    const CALLS: usize = MAX_SHADOW_CALLS + 6;
+    const CALLS: usize = MAX_COPIES_IN_FLIGHT + 6;
     for i in 0..CALLS {
         let name = format!("object-{i:02}");
         let status = reconcile(&kplug, &name, 20);
@@ -291,19 +293,52 @@ fn a_shadow_that_panics_or_hangs_changes_nothing_for_callers() {
             (true, "1.4.2", format!("hello, {name}").as_str())
         );
     }
-    let record = shadow_record(&kplug);
+    let record = shadow_record(&kplug, PLUGIN);
     assert_eq!(
         (
             record.status.failed,
             record.status.skipped,
             record.status.compared
         ),
-        (5, (CALLS - MAX_SHADOW_CALLS) as u64, 0),
+        (5, (CALLS - MAX_COPIES_IN_FLIGHT) as u64, 0),
         "the copies in flight are still out when every caller has its answer"
     );
+    // The bound is the plugin's: another plugin's shadow still gets copies.
+    for (name, version, shadow_percent) in [("others-a", "1.0.0", 0), ("others-b", "1.1.0", 100)] {
+        registry.accepted(HeartbeatRequest {
+            version: version.to_owned(),
+            shadow_percent,
+            ..heartbeat_request("others", name, &stable_address, Duration::from_secs(60))
+        });
+    }
+    kplug.wait_for_plugin("others", |p| {
+        p["status"]["instances"]
+            .as_array()
+            .is_some_and(|i| i.len() == 2)
+    });
+    for i in 0..5 {
+        let (code, answer) = kplug.post_json(
+            "/apis/plugins.kplug.io/v1alpha1/plugins/others/reconcile",
+            &json!({"spec": {"object": {"apiVersion": "myorg.org/v1alpha1",
+                "kind": "DatabaseTable", "metadata": {"name": format!("other-{i}")}}}}),
+        );
+        assert_eq!(code, 201, "{answer:#}");
+    }
+    wait_for_record(
+        &kplug,
+        "others",
+        "the other plugin's copies compared",
+        |r| r.status.same == 5,
+    );
+    let record = shadow_record(&kplug, PLUGIN);
+    assert_eq!(
+        (record.status.failed, record.status.compared),
+        (5, 0),
+        "the hanging copies are still out"
+    );
     // They fail at the caller's deadline (20 s), and free their places.
-    let record = wait_for_record(&kplug, "the hanging copies failed", |r| {
-        r.status.failed == 5 + MAX_SHADOW_CALLS as u64
+    let record = wait_for_record(&kplug, PLUGIN, "the hanging copies failed", |r| {
+        r.status.failed == 5 + MAX_COPIES_IN_FLIGHT as u64
     });
     assert!(
         record.status.differences[0]

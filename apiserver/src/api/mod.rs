@@ -55,8 +55,6 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     pub watch: WatchSettings,
     pub reconcile: reconcile::ReconcileSettings,
-    /// The bound on dry-run copies to shadow plugins in flight.
-    pub shadow_calls: reconcile::ShadowCalls,
     /// Turns true when the server closes its connections at shutdown:
     /// watches end then, so that clients watch again elsewhere.
     pub closing: tokio::sync::watch::Receiver<bool>,

@@ -4,12 +4,15 @@
 //! reconcile of the plugin; they go with the plugin.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kplug_api::shadow::{
-    KEPT_DIFFERENCES, PluginShadow, PluginShadowStatus, ShadowDifference, ShadowInstance,
+    KEPT_DIFFERENCES, MAX_COPIES_IN_FLIGHT, PluginShadow, PluginShadowStatus, ShadowDifference,
+    ShadowInstance,
 };
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Registry;
 use crate::v1alpha1::API_VERSION;
@@ -29,7 +32,6 @@ pub enum Comparison {
 }
 
 /// One plugin's record.
-#[derive(Default)]
 pub(super) struct Record {
     pub(super) same: u64,
     pub(super) different: u64,
@@ -38,6 +40,22 @@ pub(super) struct Record {
     since: Option<Timestamp>,
     /// Newest first.
     last: VecDeque<ShadowDifference>,
+    /// The bound on the plugin's copies in flight.
+    in_flight: Arc<Semaphore>,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Self {
+            same: 0,
+            different: 0,
+            failed: 0,
+            skipped: 0,
+            since: None,
+            last: VecDeque::new(),
+            in_flight: Arc::new(Semaphore::new(MAX_COPIES_IN_FLIGHT)),
+        }
+    }
 }
 
 /// The record of each plugin that had a reconcile copied, by name.
@@ -51,6 +69,19 @@ impl Records {
 }
 
 impl Registry {
+    /// A place for one more copy of `plugin`'s reconciles in flight, held
+    /// until the permit drops; `None` when [`MAX_COPIES_IN_FLIGHT`] are out
+    /// or the plugin is gone.
+    pub fn shadow_slot(&self, plugin: &str) -> Option<OwnedSemaphorePermit> {
+        let state = self.state.read();
+        if !state.plugins.contains_key(plugin) {
+            return None;
+        }
+        let mut records = self.shadows.lock();
+        let record = records.0.entry(plugin.to_owned()).or_default();
+        record.in_flight.clone().try_acquire_owned().ok()
+    }
+
     /// Records how a sampled reconcile of `plugin` ended on its shadow.
     pub fn shadow_outcome(&self, plugin: &str, comparison: Comparison, now: Timestamp) {
         // Held while recording (the order `remove` takes them in), so that

@@ -204,7 +204,6 @@ impl Core {
             proxy: proxy.clone(),
             watch: (&tuning.watch).into(),
             reconcile: (&tuning.proxy).into(),
-            shadow_calls: crate::api::reconcile::ShadowCalls::default(),
             closing: closed,
         };
         Ok(Self {

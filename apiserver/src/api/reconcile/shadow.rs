@@ -16,27 +16,12 @@ use kplug_api::shadow::{self, KEPT_FIELDS, ShadowDifference};
 use kplug_proto::trace::TraceParent;
 use kplug_proto::v1alpha1 as proto;
 use serde::Deserialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::proxy::{Answered, Proxy};
 use crate::registry::{Comparison, Registry};
 use crate::v1alpha1::{ObjectRef, Operation, Plugin, ReconcileStatus};
-
-/// Shadow calls in flight at once, for all plugins. A sampled reconcile
-/// beyond it is skipped (and counted), so that a slow or hanging shadow
-/// holds a bounded number of requests and costs callers nothing.
-pub const MAX_SHADOW_CALLS: usize = 64;
-
-/// The bound on shadow calls in flight, shared by every request.
-#[derive(Clone)]
-pub struct ShadowCalls(Arc<Semaphore>);
-
-impl Default for ShadowCalls {
-    fn default() -> Self {
-        Self(Arc::new(Semaphore::new(MAX_SHADOW_CALLS)))
-    }
-}
 
 /// A reconcile sampled for the plugin's shadows, before the caller's
 /// answer: the copy to send, with dryRun set.
@@ -74,9 +59,9 @@ pub(super) struct Primary {
 }
 
 /// Sends the copy to a shadow on a task of its own, or records it skipped
-/// when [`MAX_SHADOW_CALLS`] are out or the plugin cannot take a dry run.
+/// when the plugin has its most copies out (`Registry::shadow_slot`) or
+/// cannot take a dry run.
 pub(super) fn send(
-    calls: &ShadowCalls,
     registry: &Arc<Registry>,
     proxy: &Arc<Proxy>,
     sampled: Sampled,
@@ -84,10 +69,11 @@ pub(super) fn send(
 ) {
     let capabilities = &primary.plugin.spec.protocol.capabilities;
     let dry_run = capabilities.is_empty() || capabilities.iter().any(|c| c == "DryRun");
-    let permit = match calls.0.clone().try_acquire_owned() {
-        Ok(permit) if dry_run => permit,
-        _ => {
-            registry.shadow_outcome(primary.plugin.name(), Comparison::Skipped, Timestamp::now());
+    let name = primary.plugin.name();
+    let permit = match dry_run.then(|| registry.shadow_slot(name)).flatten() {
+        Some(permit) => permit,
+        None => {
+            registry.shadow_outcome(name, Comparison::Skipped, Timestamp::now());
             return;
         }
     };
