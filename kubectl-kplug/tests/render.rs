@@ -201,8 +201,10 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 listener = socket.socket()
 listener.bind(('127.0.0.1', 0))
 listener.listen()
-with open(os.environ['KPLUG_LOCAL_ADDRESS_FILE'], 'w') as file:
+path = os.environ['KPLUG_LOCAL_ADDRESS_FILE']
+with open(path + '.partial', 'w') as file:
     file.write('127.0.0.1:%d' % listener.getsockname()[1])
+os.replace(path + '.partial', path)
 time.sleep(600)
 ";
 

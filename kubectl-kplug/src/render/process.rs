@@ -79,7 +79,10 @@ impl LocalPlugin {
     async fn address(&mut self, file: &Path, command: &str) -> Result<String, StartError> {
         loop {
             match tokio::fs::read_to_string(file).await {
-                Ok(address) => return Ok(address.trim().to_owned()),
+                // Empty: a plugin that creates the file before it writes
+                // the address (the SDKs write it whole) is not done yet.
+                Ok(address) if !address.trim().is_empty() => return Ok(address.trim().to_owned()),
+                Ok(_) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => return Err(error.into()),
             }
