@@ -55,6 +55,8 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     pub watch: WatchSettings,
     pub reconcile: reconcile::ReconcileSettings,
+    /// Where dry-run copies to shadow plugins run.
+    pub shadow: reconcile::ShadowRunner,
     /// Turns true when the server closes its connections at shutdown:
     /// watches end then, so that clients watch again elsewhere.
     pub closing: tokio::sync::watch::Receiver<bool>,

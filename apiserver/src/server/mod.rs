@@ -204,6 +204,8 @@ impl Core {
             proxy: proxy.clone(),
             watch: (&tuning.watch).into(),
             reconcile: (&tuning.proxy).into(),
+            shadow: crate::api::reconcile::ShadowRunner::start()
+                .context("starting the thread of shadow copies")?,
             closing: closed,
         };
         Ok(Self {

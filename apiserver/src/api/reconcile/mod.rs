@@ -33,6 +33,7 @@ use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
 use crate::version::VersionConstraint;
 use decode::{Object, Request, Spec};
 pub use kplug_api::answer::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
+pub use shadow::ShadowRunner;
 
 /// Query parameters of a create.
 #[derive(Debug, Default, Deserialize)]
@@ -419,7 +420,15 @@ async fn delegate(
             trace,
             status,
         };
-        span.in_scope(|| shadow::send(&state.registry, &state.proxy, sampled, primary));
+        span.in_scope(|| {
+            shadow::send(
+                &state.shadow,
+                &state.registry,
+                &state.proxy,
+                sampled,
+                primary,
+            )
+        });
     }
     let mut response = (
         StatusCode::CREATED,

@@ -1,9 +1,10 @@
 //! Shadow copies: after a plugin answered a caller, a sampled share of its
 //! reconciles goes again, with dryRun set, to its shadow instances (the
 //! candidate of its next version), and the registry records how the two
-//! answers compare (`kplug_api::shadow`). The copy runs on its own task
-//! once the caller's answer is written: nothing the shadow does, answers,
-//! or fails to answer reaches the caller.
+//! answers compare (`kplug_api::shadow`). The copy runs once the caller's
+//! answer is written, on a thread of its own at a lower CPU priority
+//! ([`ShadowRunner`]): nothing the shadow does, answers, or fails to
+//! answer reaches the caller, and when CPU is short callers get it first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +17,42 @@ use kplug_api::shadow::{self, KEPT_FIELDS, ShadowDifference};
 use kplug_proto::trace::TraceParent;
 use kplug_proto::v1alpha1 as proto;
 use serde::Deserialize;
+use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::proxy::{Answered, Proxy};
 use crate::registry::{Comparison, Registry};
 use crate::v1alpha1::{ObjectRef, Operation, Plugin, ReconcileStatus};
+
+/// The nice value of the shadow thread: copies yield the CPU to callers.
+const NICENESS: i32 = 10;
+
+/// Where copies run: a single-threaded runtime on a thread of its own,
+/// niced by [`NICENESS`] (on Linux a thread's nice value is its own), so
+/// that comparing answers nobody waits for never takes CPU time from the
+/// reconciles callers wait for. The thread lives as long as the process.
+#[derive(Clone)]
+pub struct ShadowRunner(Handle);
+
+impl ShadowRunner {
+    /// Starts the thread.
+    pub fn start() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("kplug-shadow".to_owned())
+            .spawn(move || {
+                if let Err(error) = rustix::process::setpriority_process(None, NICENESS) {
+                    tracing::warn!(%error, "shadow copies run at the callers' CPU priority");
+                }
+                runtime.block_on(std::future::pending::<()>());
+            })?;
+        Ok(Self(handle))
+    }
+}
 
 /// A reconcile sampled for the plugin's shadows, before the caller's
 /// answer: the copy to send, with dryRun set.
@@ -62,6 +93,7 @@ pub(super) struct Primary {
 /// when the plugin has its most copies out (`Registry::shadow_slot`) or
 /// cannot take a dry run.
 pub(super) fn send(
+    runner: &ShadowRunner,
     registry: &Arc<Registry>,
     proxy: &Arc<Proxy>,
     sampled: Sampled,
@@ -84,7 +116,9 @@ pub(super) fn send(
     );
     let registry = registry.clone();
     let proxy = proxy.clone();
-    tokio::spawn(compare(registry, proxy, sampled, primary, permit).instrument(span));
+    runner
+        .0
+        .spawn(compare(registry, proxy, sampled, primary, permit).instrument(span));
 }
 
 async fn compare(
