@@ -382,4 +382,14 @@ fn the_sdks_shadow_flag_reaches_the_plugin_and_a_shadow_alone_serves_nobody() {
         (&status["kind"], &status["reason"]),
         (&json!("Status"), &json!("NotFound"))
     );
+    let shown = Command::new(workspace_binary("kubectl-kplug"))
+        .args(["shadow", "nobody", "--kubeconfig"])
+        .arg(&kplug.kubeconfig)
+        .output()
+        .expect("run kubectl-kplug shadow");
+    assert_eq!(shown.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stderr),
+        "error: plugin \"nobody\" not found\n  `kubectl kplug plugins` lists the registered plugins\n"
+    );
 }
