@@ -170,6 +170,16 @@
 //! other instances; promoting it is rolling the stable Deployment to its
 //! version. See the README, "Upgrading plugins".
 //!
+//! # Shadows
+//!
+//! A candidate version can instead see live traffic without serving it:
+//! with `--shadow` (`KPLUG_SHADOW`, optionally a percentage) under the same
+//! plugin name, it receives a copy of the plugin's reconciles with
+//! [`Request::dry_run`] set, after another instance answered the caller,
+//! and `kubectl kplug shadow NAME` shows where its answers differ. A
+//! plugin that honours `dry_run` (changes nothing, reports what it would
+//! do) is safe to run as a shadow.
+//!
 //! # Serving TLS to kplug (mutual TLS)
 //!
 //! By default a plugin serves plain gRPC. With `--tls-cert-file`,
