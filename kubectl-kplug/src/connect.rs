@@ -80,3 +80,41 @@ pub async fn connect(args: &ConnectionArgs) -> Result<Connection, Error> {
     let client = Client::try_from(config).map_err(|e| Error::Config(e.to_string()))?;
     Ok(Connection { client, namespace })
 }
+
+/// What a request to kplug is, for the messages of its failures: `verb` on
+/// `resource` (e.g. `create`, `reconciles.plugins.kplug.io`), about `api`
+/// (the API or plugin a 503 or 404 names).
+pub struct Asked<'a> {
+    pub verb: &'a str,
+    pub resource: &'a str,
+    pub api: &'a str,
+}
+
+/// Sends `request` to kplug through kube-apiserver; the body of a success,
+/// else the error kube-apiserver's or kplug's answer means.
+pub async fn send_to_kplug(
+    client: &Client,
+    request: http::Request<kube::client::Body>,
+    asked: Asked<'_>,
+) -> Result<bytes::Bytes, Error> {
+    let response = client
+        .send(request)
+        .await
+        .map_err(|e| Error::from_kube(e, asked.verb, asked.resource, None))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| Error::Transport(e.to_string()))?;
+    if !status.is_success() {
+        return Err(Error::from_kplug(
+            status,
+            &body,
+            asked.verb,
+            asked.resource,
+            asked.api,
+        ));
+    }
+    Ok(body)
+}

@@ -13,6 +13,7 @@ use kube::Client;
 use serde_json::Value;
 
 use crate::cli::{ListFormat, PluginsArgs};
+use crate::connect::{Asked, send_to_kplug};
 use crate::error::Error;
 use crate::output::{self, Listed};
 use crate::resource;
@@ -27,19 +28,12 @@ async fn list(client: &Client) -> Result<(Value, Vec<Listed>), Error> {
         .header(header::ACCEPT, "application/json")
         .body(Vec::new().into())
         .map_err(|e| Error::Transport(e.to_string()))?;
-    let response = client
-        .send(request)
-        .await
-        .map_err(|e| Error::from_kube(e, "list", PLUGINS, None))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect_bytes()
-        .await
-        .map_err(|e| Error::Transport(e.to_string()))?;
-    if !status.is_success() {
-        return Err(Error::from_kplug(status, &body, "list", PLUGINS, "plugins"));
-    }
+    let asked = Asked {
+        verb: "list",
+        resource: PLUGINS,
+        api: "plugins",
+    };
+    let body = send_to_kplug(client, request, asked).await?;
     let decode = |e: serde_json::Error| Error::Transport(format!("kplug's PluginList: {e}"));
     let raw: Value = serde_json::from_slice(&body).map_err(decode)?;
     let mut listed = raw["items"]

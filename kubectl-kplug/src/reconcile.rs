@@ -15,6 +15,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use crate::cli::{DryRun, Format, ReconcileArgs};
+use crate::connect::{Asked, send_to_kplug};
 use crate::error::Error;
 use crate::output::{self, Subject};
 use crate::resource::{self, Resolved, Target};
@@ -74,21 +75,12 @@ async fn send(
         .header(header::ACCEPT, "application/json")
         .body(bytes.into())
         .map_err(|e| Error::Transport(e.to_string()))?;
-    let response = client
-        .send(request)
-        .await
-        .map_err(|e| Error::from_kube(e, "create", RECONCILES, None))?;
-    let status = response.status();
-    let answer = response
-        .into_body()
-        .collect_bytes()
-        .await
-        .map_err(|e| Error::Transport(e.to_string()))?;
-    if !status.is_success() {
-        return Err(Error::from_kplug(
-            status, &answer, "create", RECONCILES, api,
-        ));
-    }
+    let asked = Asked {
+        verb: "create",
+        resource: RECONCILES,
+        api,
+    };
+    let answer = send_to_kplug(client, request, asked).await?;
     let decode =
         |e: serde_json::Error| Error::Transport(format!("kplug's answer is not a Reconcile: {e}"));
     let raw: Value = serde_json::from_slice(&answer).map_err(decode)?;

@@ -12,6 +12,7 @@ use kube::Client;
 use serde_json::Value;
 
 use crate::cli::{Format, ShadowArgs};
+use crate::connect::{Asked, send_to_kplug};
 use crate::error::Error;
 use crate::output;
 
@@ -24,19 +25,12 @@ async fn get(client: &Client, plugin: &str) -> Result<PluginShadow, Error> {
         .header(header::ACCEPT, "application/json")
         .body(Vec::new().into())
         .map_err(|e| Error::Transport(e.to_string()))?;
-    let response = client
-        .send(request)
-        .await
-        .map_err(|e| Error::from_kube(e, "get", RESOURCE, None))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect_bytes()
-        .await
-        .map_err(|e| Error::Transport(e.to_string()))?;
-    if !status.is_success() {
-        return Err(Error::from_kplug(status, &body, "get", RESOURCE, plugin));
-    }
+    let asked = Asked {
+        verb: "get",
+        resource: RESOURCE,
+        api: plugin,
+    };
+    let body = send_to_kplug(client, request, asked).await?;
     serde_json::from_slice(&body)
         .map_err(|e| Error::Transport(format!("kplug's PluginShadow: {e}")))
 }
