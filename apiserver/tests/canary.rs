@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use kplug_api::canary::{MIN_CALLS, bucket};
 use kplug_proto::v1alpha1::HeartbeatRequest;
+use kplug_test_support::database_table::{RECONCILES, reconcile_body};
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::{BlockingRegistry, StandaloneKplug, heartbeat_request, workspace_binary};
 use serde_json::{Value, json};
 
-const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
 const PLUGIN: &str = "tables";
 const OBJECTS: usize = 100;
 const ROUNDS: usize = 10;
@@ -38,19 +38,7 @@ fn object_name(i: usize) -> String {
 
 /// Reconciles `name` of namespace shop; the answer's success and version.
 fn reconcile(kplug: &StandaloneKplug, name: &str) -> (bool, String) {
-    let body = json!({
-        "apiVersion": "plugins.kplug.io/v1alpha1",
-        "kind": "Reconcile",
-        "spec": {
-            "api": {"group": "myorg.org", "resource": "databasetables"},
-            "object": {
-                "apiVersion": "myorg.org/v1alpha1",
-                "kind": "DatabaseTable",
-                "metadata": {"name": name, "namespace": "shop"},
-            },
-        },
-    });
-    let (code, answer) = kplug.post_json(RECONCILES, &body);
+    let (code, answer) = kplug.post_json(RECONCILES, &reconcile_body(name, json!({})));
     assert_eq!(code, 201, "{name}: {answer:#}");
     let status = &answer["status"];
     let version = status["plugin"]["version"].as_str().unwrap_or_default();

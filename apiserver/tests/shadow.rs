@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use kplug_api::shadow::{KEPT_DIFFERENCES, MAX_COPIES_IN_FLIGHT, PluginShadow};
 use kplug_proto::v1alpha1::HeartbeatRequest;
+use kplug_test_support::database_table::{RECONCILES, reconcile_body};
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::{
     BlockingRegistry, StandaloneKplug, heartbeat_request, wait_until, workspace_binary,
 };
 use serde_json::{Value, json};
 
-const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
 const PLUGIN: &str = "tables";
 
 /// The instance `instance` of `tables` at `address`, of `version`.
@@ -34,19 +34,7 @@ fn instance(instance: &str, address: &str, version: &str, shadow_percent: u32) -
 /// Reconciles `name` of namespace shop with this deadline; the answer's
 /// status.
 fn reconcile(kplug: &StandaloneKplug, name: &str, timeout_seconds: u32) -> Value {
-    let body = json!({
-        "apiVersion": "plugins.kplug.io/v1alpha1",
-        "kind": "Reconcile",
-        "spec": {
-            "api": {"group": "myorg.org", "resource": "databasetables"},
-            "timeoutSeconds": timeout_seconds,
-            "object": {
-                "apiVersion": "myorg.org/v1alpha1",
-                "kind": "DatabaseTable",
-                "metadata": {"name": name, "namespace": "shop"},
-            },
-        },
-    });
+    let body = reconcile_body(name, json!({"timeoutSeconds": timeout_seconds}));
     let (code, answer) = kplug.post_json(RECONCILES, &body);
     assert_eq!(code, 201, "{name}: {answer:#}");
     answer["status"].clone()
@@ -113,12 +101,7 @@ fn a_shadow_gets_dry_run_copies_and_its_differences_are_shown() {
     // A shadow's version serves no range either.
     let (code, answer) = kplug.post_json(
         RECONCILES,
-        &json!({"spec": {
-            "api": {"group": "myorg.org", "resource": "databasetables"},
-            "versionConstraint": ">=2",
-            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable",
-                       "metadata": {"name": "ranged", "namespace": "shop"}},
-        }}),
+        &reconcile_body("ranged", json!({"versionConstraint": ">=2"})),
     );
     assert_eq!(code, 503, "{answer:#}");
     let message = answer["message"].as_str().unwrap_or_default();

@@ -7,10 +7,9 @@
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::HeartbeatRequest;
+use kplug_test_support::database_table::{RECONCILES, reconcile_body};
 use kplug_test_support::{BlockingRegistry, StandaloneKplug, heartbeat_request};
 use serde_json::{Value, json};
-
-const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
 
 /// The instance `instance` of `tables` at `address`, of `version`.
 fn instance(instance: &str, address: &str, version: &str) -> HeartbeatRequest {
@@ -23,16 +22,10 @@ fn instance(instance: &str, address: &str, version: &str) -> HeartbeatRequest {
 /// `POST reconciles` (or `plugins/NAME/reconcile`) for databasetables with
 /// `constraint`: the code and the answer.
 fn reconcile(kplug: &StandaloneKplug, path: &str, constraint: &str) -> (u16, Value) {
-    let body = json!({
-        "apiVersion": "plugins.kplug.io/v1alpha1",
-        "kind": "Reconcile",
-        "spec": {
-            "api": {"group": "myorg.org", "resource": "databasetables"},
-            "versionConstraint": constraint,
-            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "metadata": {"name": "users"}},
-        },
-    });
-    kplug.post_json(path, &body)
+    kplug.post_json(
+        path,
+        &reconcile_body("users", json!({"versionConstraint": constraint})),
+    )
 }
 
 /// Which instances answered `calls` reconciles with `constraint`.

@@ -71,3 +71,28 @@ pub fn mariadb_plugin(cluster: &ControlPlane, kplug: &AggregatedKplug, token: &P
     wait_plugin_ready(cluster, MARIADB_PLUGIN);
     process
 }
+
+/// The path of `create reconciles` (kplug selects the plugin).
+pub const RECONCILES: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
+
+/// A Reconcile of the DatabaseTable `shop/NAME` (no spec) for whichever
+/// plugin serves databasetables.myorg.org, with `spec` merged into its
+/// spec (e.g. `timeoutSeconds`, `versionConstraint`).
+pub fn reconcile_body(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {
+            "api": {"group": "myorg.org", "resource": "databasetables"},
+            "object": {
+                "apiVersion": "myorg.org/v1alpha1",
+                "kind": "DatabaseTable",
+                "metadata": {"name": name, "namespace": "shop"},
+            },
+        },
+    });
+    if let (Some(into), serde_json::Value::Object(fields)) = (body["spec"].as_object_mut(), spec) {
+        into.extend(fields);
+    }
+    body
+}
