@@ -88,6 +88,26 @@ pub struct TrustBundle {
     pub sha256: [u8; 32],
 }
 
+/// Which CAs the loaded files hold, by name, for the log lines that let a
+/// person follow a rotation (certs/README.md): the CA kplug signs with and
+/// every CA of the trust bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaNames {
+    pub signing: String,
+    pub trusted: Vec<String>,
+}
+
+impl std::fmt::Display for CaNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "signs with {}, trusts {}",
+            self.signing,
+            self.trusted.join(" and ")
+        )
+    }
+}
+
 /// A client certificate kplug issued itself, PEM.
 pub struct ClientCertificate {
     pub cert: String,
@@ -100,6 +120,7 @@ struct Loaded {
     contents: [Vec<u8>; 3],
     issuer: Issuer<'static, KeyPair>,
     trust_bundle: TrustBundle,
+    names: CaNames,
 }
 
 /// kplug as the plugin CA.
@@ -149,6 +170,11 @@ impl Signer {
 
     pub fn trust_bundle(&self) -> TrustBundle {
         self.current.read().trust_bundle.clone()
+    }
+
+    /// The names of the signing CA and of the bundle's CAs.
+    pub fn names(&self) -> CaNames {
+        self.current.read().names.clone()
     }
 
     /// Signs the request `der` of an instance of plugin `plugin`, whose
@@ -277,6 +303,19 @@ fn load(
         });
     }
     let bundle = certificates(&files.trust_bundle, bundle_pem)?;
+    let trusted = bundle
+        .iter()
+        .map(|der| {
+            X509Certificate::from_der(der)
+                .map(|(_, cert)| ca_name(&cert))
+                .map_err(|e| {
+                    invalid(
+                        &files.trust_bundle,
+                        format!("holds what is not an X.509 certificate: {e}"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if !bundle.contains(&ca[0]) {
         return Err(SignerError::NotTrusted {
             cert: files.cert.clone(),
@@ -296,8 +335,22 @@ fn load(
             pem: bundle_text.into(),
             sha256,
         },
+        names: CaNames {
+            signing: ca_name(&parsed),
+            trusted,
+        },
         contents,
     })
+}
+
+/// A CA by its common name (`plugin-certs ca` names it
+/// `kplug-plugin-ca@<unix time>`), or its whole subject without one.
+fn ca_name(cert: &X509Certificate) -> String {
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map_or_else(|| cert.subject().to_string(), str::to_owned)
 }
 
 #[cfg(test)]

@@ -153,6 +153,11 @@ fn a_rotation_step_reloads_and_a_bad_one_keeps_the_last_good_files() {
     write(&files, &old, &old.0);
     let signer = Signer::load(files.clone(), LIFETIME).expect("load");
     let first = signer.trust_bundle();
+    let names = |signing: &str, trusted: &[&str]| CaNames {
+        signing: signing.to_owned(),
+        trusted: trusted.iter().map(|&n| n.to_owned()).collect(),
+    };
+    assert_eq!(signer.names(), names("old", &["old"]));
     assert!(!signer.reload().expect("unchanged"));
     // Step 1: both CAs trusted, the old one still signing.
     std::fs::write(&files.trust_bundle, format!("{}{}", old.0, new.0)).expect("bundle");
@@ -161,6 +166,10 @@ fn a_rotation_step_reloads_and_a_bad_one_keeps_the_last_good_files() {
     let both = signer.trust_bundle();
     assert_ne!(both.sha256, first.sha256);
     assert!(both.pem.contains(old.0.trim()) && both.pem.contains(new.0.trim()));
+    assert_eq!(
+        signer.names().to_string(),
+        "signs with old, trusts old and new"
+    );
     // A signing CA written before its key: refused, the last good kept.
     std::fs::write(&files.cert, &new.0).expect("cert");
     assert!(matches!(signer.reload(), Err(SignerError::Mismatch { .. })));
@@ -168,4 +177,5 @@ fn a_rotation_step_reloads_and_a_bad_one_keeps_the_last_good_files() {
     std::fs::write(&files.key, &new.1).expect("key");
     assert!(signer.reload().expect("step 2 reloaded"));
     assert_eq!(signer.generation(), 3);
+    assert_eq!(signer.names(), names("new", &["old", "new"]));
 }

@@ -130,6 +130,7 @@ impl PluginTls {
                 signing_cert = %signer.files().cert.display(),
                 ca = %signer.files().trust_bundle.display(),
                 lifetime = ?signer.lifetime(),
+                plugin_ca = %signer.names(),
                 "calls to plugins use mutual TLS with certificates of kplug's plugin CA"
             ),
         }
@@ -191,10 +192,27 @@ impl PluginTls {
             period,
             shutdown,
             || self.reload(),
-            || tracing::info!(generation = self.generation(), "plugin TLS material renewed: new connections to plugins use it"),
+            || self.log_renewed(),
             |e| tracing::error!(error = %e, "plugin TLS material changed but does not load; keeping the current one"),
         )
         .await;
+    }
+
+    /// Names the plugin CA when kplug is one: a rotation (certs/README.md)
+    /// goes on once every replica logs the step's CAs.
+    fn log_renewed(&self) {
+        let generation = self.generation();
+        match &self.source {
+            PluginTlsSource::Files(_) => tracing::info!(
+                generation,
+                "plugin TLS material renewed: new connections to plugins use it"
+            ),
+            PluginTlsSource::Signer(signer) => tracing::info!(
+                generation,
+                plugin_ca = %signer.names(),
+                "plugin TLS material renewed: new connections to plugins use it"
+            ),
+        }
     }
 }
 
