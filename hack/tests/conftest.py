@@ -33,11 +33,15 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     assert env.returncode == 0, env.stderr
     running = Cluster.from_env_output(env.stdout)
     yield running
+    # After every test (kplug, the plugins, the operator and the databases
+    # included), no pod has tried to send a packet off the machine.
+    dropped, rules = running.egress_drops()
     if request.session.testsfailed:
         print(f"\n=== the cluster's logs after {request.session.testsfailed} failed test(s) ===\n{running.logs_tail()}")
     down = cluster_sh("down")
     assert down.returncode == 0, f"hack/cluster.sh down failed:\n{down.stderr}"
     assert not leftovers(), f"left after down: {leftovers()}"
+    assert dropped == 0, f"pods tried to send {dropped} packet(s) off the machine during the session:\n{rules}"
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -181,6 +182,28 @@ class Cluster:
         if done.returncode != 0:
             raise AssertionError(f"hack/cluster.sh {action} {name} failed:\n{done.stderr}")
 
+    def resolve_in_pod(self, name: str, namespace: str = "default") -> set[str]:
+        """The IPv4 addresses a new pod in ``namespace`` gets for ``name`` from the cluster DNS (busybox nslookup in
+        a throwaway toolbox pod; busybox applies the search list to single labels only, so give a full name)."""
+        result = subprocess.run(
+            [
+                "kubectl", "--kubeconfig", self.kubeconfig, "-n", namespace, "run", f"resolve-{os.getpid()}-{time.monotonic_ns()}",
+                "--rm", "-i", "--quiet", "--restart=Never", f"--image={self.env['KPLUG_CLUSTER_TOOLBOX_IMAGE']}",
+                "--image-pull-policy=Never", "--command", "--", "/bin/busybox", "nslookup", name,
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return nslookup_addresses(result.stdout)
+
+    def egress_drops(self) -> tuple[int, str]:
+        """How many packets pods tried to send off the machine (the counter of the DROP rule of hack/cluster.sh's
+        egress chain), and the chain as iptables lists it."""
+        chain = self.env["KPLUG_CLUSTER_EGRESS_CHAIN"]
+        rules = subprocess.run(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], capture_output=True, text=True, check=True).stdout
+        drop = [line.split() for line in rules.splitlines() if " DROP " in f" {line} "]
+        assert drop, f"no DROP rule in {chain}:\n{rules}"
+        return int(drop[0][0]), rules
+
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log, for a failure message."""
         out = []
@@ -190,6 +213,13 @@ class Cluster:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"--- {log} ---\n" + "\n".join(tail))
         return "\n".join(out)
+
+
+def nslookup_addresses(output: str) -> set[str]:
+    """The addresses busybox nslookup answered: it prints the server first ("Server: 10.96.0.10"), then "Address: IP"
+    per answer."""
+    _, _, answers = output.partition("Name:")
+    return set(re.findall(r"Address:\s+([0-9.]+)", answers))
 
 
 def _runs(pid: int, name: str) -> bool:

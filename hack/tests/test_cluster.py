@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kubecluster import CLUSTER_SH, Cluster, cluster_sh, wait_for
+from kubecluster import CLUSTER_SH, Cluster, cluster_sh, nslookup_addresses, wait_for
 
 NS = "cluster-test"
 
@@ -66,6 +66,38 @@ spec:
   publishNotReadyAddresses: true
   selector: {{app: {name}}}
   ports: [{{port: 8080}}]
+"""
+
+
+# Two pods, one that turns Ready and one that never does (its probe's port is
+# closed), behind two headless Services: one that publishes not-ready
+# addresses, as kplug-registry does, and one that does not.
+READINESS_PAIR = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: dns-ready, labels: {{dns-check: "yes"}}}}
+spec:
+  containers:
+  - {{name: c, image: {image}, imagePullPolicy: Never, command: [/bin/busybox, httpd, -f, -p, "8080", -h, /etc],
+     readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: dns-not-ready, labels: {{dns-check: "yes"}}}}
+spec:
+  containers:
+  - {{name: c, image: {image}, imagePullPolicy: Never, command: [/bin/busybox, httpd, -f, -p, "8080", -h, /etc],
+     readinessProbe: {{tcpSocket: {{port: 9}}, periodSeconds: 1}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: dns-all}}
+spec: {{clusterIP: None, publishNotReadyAddresses: true, selector: {{dns-check: "yes"}}, ports: [{{port: 8080}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: dns-ready-only}}
+spec: {{clusterIP: None, selector: {{dns-check: "yes"}}, ports: [{{port: 8080}}]}}
 """
 
 
@@ -171,12 +203,6 @@ def nslookup(cluster: Cluster, pod: str, name: str) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-def answered_addresses(output: str) -> set[str]:
-    # busybox prints the server first ("Server: 10.96.0.10"), then "Address: IP" per answer.
-    _, _, answers = output.partition("Name:")
-    return set(re.findall(r"Address:\s+([0-9.]+)", answers))
-
-
 def test_pods_resolve_service_names_through_the_cluster_dns(cluster: Cluster, toolbox: list[str]) -> None:
     pod = toolbox[0]
     resolv = cluster.exec(NS, pod, ["/bin/busybox", "cat", "/etc/resolv.conf"])
@@ -191,14 +217,14 @@ def test_pods_resolve_service_names_through_the_cluster_dns(cluster: Cluster, to
     # ndots:5); kplug's own pods resolve partial names in the install tests.
     for name in ("toolbox", f"toolbox.{NS}.svc.cluster.local"):
         _, output = nslookup(cluster, pod, name)
-        assert answered_addresses(output) == {cluster_ip}, f"{name}:\n{output}"
+        assert nslookup_addresses(output) == {cluster_ip}, f"{name}:\n{output}"
     _, output = nslookup(cluster, pod, "kubernetes.default.svc.cluster.local")
-    assert answered_addresses(output) == {"10.96.0.1"}, output
+    assert nslookup_addresses(output) == {"10.96.0.1"}, output
 
     # Headless: one address per pod, in step with the pods.
     pod_ips = {p["status"]["podIP"] for p in cluster.ready_pods(NS, "app=toolbox")}
     _, output = nslookup(cluster, pod, f"toolbox-headless.{NS}.svc.cluster.local")
-    assert answered_addresses(output) == pod_ips, output
+    assert nslookup_addresses(output) == pod_ips, output
 
     cluster.kubectl("-n", NS, "scale", "deployment", "toolbox", "--replicas=3")
     try:
@@ -206,18 +232,34 @@ def test_pods_resolve_service_names_through_the_cluster_dns(cluster: Cluster, to
         three = {p["status"]["podIP"] for p in cluster.ready_pods(NS, "app=toolbox")}
         wait_for(
             "the headless name answering with 3 addresses",
-            lambda: answered_addresses(nslookup(cluster, pod, f"toolbox-headless.{NS}.svc.cluster.local")[1]) == three,
+            lambda: nslookup_addresses(nslookup(cluster, pod, f"toolbox-headless.{NS}.svc.cluster.local")[1]) == three,
             30,
         )
     finally:
         cluster.kubectl("-n", NS, "scale", "deployment", "toolbox", "--replicas=2")
         wait_for("2 toolbox pods again", lambda: len(cluster.kubectl_json("-n", NS, "get", "pods", "-l", "app=toolbox")["items"]) == 2, 90)
 
+    # Not-ready pods: answered where the Service publishes them, left out where it does not.
+    cluster.apply(READINESS_PAIR.format(image=cluster.env["KPLUG_CLUSTER_TOOLBOX_IMAGE"]), NS)
+    try:
+        ready_ip = wait_for("dns-ready Ready", lambda: next((p["status"]["podIP"] for p in cluster.ready_pods(NS, "dns-check=yes")), None), 60)
+        not_ready_ip = wait_for("dns-not-ready's address", lambda: cluster.pod(NS, "dns-not-ready")["status"].get("podIP"), 60)
+        wait_for(
+            "the publishing headless name answering with both pods",
+            lambda: nslookup_addresses(nslookup(cluster, pod, f"dns-all.{NS}.svc.cluster.local")[1]) == {ready_ip, not_ready_ip},
+            30,
+        )
+        _, output = nslookup(cluster, pod, f"dns-ready-only.{NS}.svc.cluster.local")
+        assert nslookup_addresses(output) == {ready_ip}, output
+        assert [p["metadata"]["name"] for p in cluster.ready_pods(NS, "dns-check=yes")] == ["dns-ready"]
+    finally:
+        cluster.kubectl("-n", NS, "delete", "pod/dns-ready", "pod/dns-not-ready", "service/dns-all", "service/dns-ready-only", "--wait=false")
+
     # Names that do not exist, and names outside the cluster domain: no answer.
     code, output = nslookup(cluster, pod, f"no-such-service.{NS}.svc.cluster.local")
-    assert code != 0 and not answered_addresses(output), output
+    assert code != 0 and not nslookup_addresses(output), output
     code, output = nslookup(cluster, pod, "kplug.io")
-    assert code != 0 and not answered_addresses(output), f"a name outside the cluster domain was answered:\n{output}"
+    assert code != 0 and not nslookup_addresses(output), f"a name outside the cluster domain was answered:\n{output}"
 
 
 def test_projected_tokens_and_the_downward_api(cluster: Cluster, toolbox: list[str]) -> None:
@@ -297,11 +339,10 @@ def test_nothing_the_cluster_runs_sends_a_packet_off_the_machine(cluster: Cluste
     """Runs last in this module (after the others made traffic)."""
     # The rule: pods' packets to any interface but their bridge are dropped;
     # its counter shows any attempt.
+    # The session checks the counter again after every other test (conftest.py).
     chain = cluster.env["KPLUG_CLUSTER_EGRESS_CHAIN"]
-    rules = subprocess.run(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], capture_output=True, text=True, check=True).stdout
-    drop = [line.split() for line in rules.splitlines() if " DROP " in f" {line} "]
-    assert drop, f"no DROP rule in {chain}:\n{rules}"
-    assert int(drop[0][0]) == 0, f"pods tried to send {drop[0][0]} packet(s) off the machine:\n{rules}"
+    dropped, rules = cluster.egress_drops()
+    assert dropped == 0, f"pods tried to send {dropped} packet(s) off the machine:\n{rules}"
     forward = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True, check=True).stdout
     assert f"-A FORWARD -i {cluster.env['KPLUG_CLUSTER_BRIDGE']} -j {chain}" in forward
 
