@@ -368,6 +368,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 serializeImagePulls: false
+# Every pod is synced each 10 s (the default is 1 min), and with it the
+# Secrets and ConfigMaps it mounts: a change reaches the pods in seconds.
+# The plugin CA's rotation drill waits for three such changes.
+syncFrequency: 10s
 EOF
   local extra=()
   read -ra extra <<<"${KPLUG_CLUSTER_KUBELET_EXTRA_ARGS:-}"
