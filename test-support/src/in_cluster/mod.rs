@@ -8,12 +8,13 @@
 //! (both through `hack/tests/install.py --example hello`), the hello plugin
 //! serving the benches' Widgets, and `kplug-operator` for Widgets as a pod.
 //! [`Pod`] reads a pod's process and cgroups from the node, which is this
-//! machine.
+//! machine; [`client_pod`] starts the pod a bench calls from.
 //!
 //! The cluster outlives the bench (`hack/cluster.sh down` ends it), so
 //! nothing here is undone on drop; like [`crate::measure`], everything
 //! returns errors instead of panicking.
 
+mod client;
 mod operator;
 mod pods;
 
@@ -28,6 +29,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
+pub use client::{CLIENT, CLIENT_NAMESPACE, client_pod};
 pub use pods::{MemoryRun, MemoryWatch, Pod, PodMemory};
 
 use crate::kubectl::KUBECTL;

@@ -5,11 +5,14 @@
 //! processes on 127.0.0.1. `kplug_test_support::in_cluster::prepare`
 //! builds the images and installs what is missing.
 //!
-//! From the node, the same 1 KiB reconcile goes three ways, side by side in
-//! every round: through kube-apiserver (the admin's certificate; the
-//! aggregator proxies to the Service `kplug-system/kplug`), straight to a
-//! kplug pod (the front proxy's certificate, as the aggregator sends it),
-//! and direct to a plugin pod (plain gRPC with kplug's client certificate).
+//! From a pod (the toolbox pod of `in_cluster::client_pod`: the bench's
+//! measuring threads enter its network namespace, `netns`), the same 1 KiB
+//! reconcile goes three ways, side by side in every round: through
+//! kube-apiserver (the admin's certificate, to its address on the pods'
+//! bridge; the aggregator proxies to the Service `kplug-system/kplug`),
+//! straight to a kplug pod (the front proxy's certificate, as the
+//! aggregator sends it), and direct to a plugin pod (plain gRPC with
+//! kplug's client certificate).
 //! It measures latency one call at a time and throughput with `IN_FLIGHT`
 //! in flight, the CPU of kube-apiserver and of the pods (their processes,
 //! read from `/proc`), the time their CPU limits throttled them, and the
@@ -18,6 +21,7 @@
 //! `cargo bench -p kplug-apiserver --bench cluster` with the variable set;
 //! the cluster must be up (`hack/cluster.sh up`).
 
+mod netns;
 mod report;
 mod routes;
 
@@ -61,14 +65,20 @@ pub(super) fn main() -> Result<()> {
     let node = Node::connect()?;
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-in-cluster");
     let installation = in_cluster::prepare(&node, &kplug_binary, &work)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let client = in_cluster::client_pod(&node)?;
     let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let results = runtime.block_on(measure(&node, &installation))?;
+    // The runtime is built inside the pod's namespace, so its workers (and
+    // every connection they open) are in it too.
+    let results = netns::run_in(&client, || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the tokio runtime")?
+            .block_on(measure(&node, &installation))
+    })?;
     report::print(&report::Report {
         results: &results,
+        client: &client,
         tree: &in_cluster::tree()?,
         load_at_start: load_at_start.trim(),
         command: COMMAND,

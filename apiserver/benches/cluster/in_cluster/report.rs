@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kplug_test_support::in_cluster::IMAGES;
+use kplug_test_support::in_cluster::{CLIENT_NAMESPACE, IMAGES, Pod};
 use kplug_test_support::measure::OtherLoad;
 use kplug_test_support::report::{Machine, micros, seconds, size, thousands};
 
@@ -15,6 +15,8 @@ use crate::OBJECT_BYTES;
 
 pub(super) struct Report<'a> {
     pub(super) results: &'a Results,
+    /// The pod the calls came from.
+    pub(super) client: &'a Pod,
     /// What the images were built from.
     pub(super) tree: &'a str,
     pub(super) load_at_start: &'a str,
@@ -39,6 +41,11 @@ pub(super) fn print(report: &Report<'_>) -> Result<()> {
             format!("Load average before the run: {}", report.load_at_start),
             format!("Pods: {}", pods.join(", ")),
             format!(
+                "Calls from pod `{CLIENT_NAMESPACE}/{}` ({}): the bench's measuring threads in \
+                 its network namespace",
+                report.client.name, report.client.ip
+            ),
+            format!(
                 "Images built from the tree at {} by `hack/images.sh build {}`",
                 report.tree,
                 IMAGES.join(" ")
@@ -55,7 +62,7 @@ pub(super) fn print(report: &Report<'_>) -> Result<()> {
         command: report.command,
     }
     .print()?;
-    print_latency(r);
+    print_latency(r, report.client);
     print_throughput(r);
     print_memory(r);
     Ok(())
@@ -74,18 +81,19 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(f64::EPSILON)
 }
 
-fn print_latency(r: &Results) {
+fn print_latency(r: &Results, client: &Pod) {
     println!("### Latency, one call at a time\n");
     println!(
         "A {OBJECT_BYTES}-byte object (a {} Reconcile to kplug), {} calls per route after {} \
          untimed, the routes taking turns: `POST {RECONCILE_PATH}` to kube-apiserver as the \
          admin; the same straight to a kplug pod with the front proxy's certificate as the admin \
          in `system:masters` (what the aggregator sends); `Plugin/Reconcile` direct to a plugin \
-         pod over mutual TLS with kplug's client certificate. Each from the node, to both pods of \
-         each kind in turn.\n",
+         pod over mutual TLS with kplug's client certificate. Each from the pod `{}`, to both \
+         pods of each kind in turn.\n",
         size(r.request_bytes),
         thousands(LATENCY_CALLS),
         thousands(LATENCY_WARMUP),
+        client.name,
     );
     let Some(direct) = r.latency.iter().find(|run| run.route == Route::Direct) else {
         return;
@@ -124,7 +132,7 @@ fn print_latency(r: &Results) {
     );
     println!(
         "kplug's own gRPC call to the plugin pod (the answer's `status.durationMilliseconds`), \
-         beside the bench's direct call from the node:\n"
+         beside the bench's direct call from its pod:\n"
     );
     println!("| Route | kplug's call p50 | kplug's call p99 | direct p50 | direct p99 |");
     println!("|---|---:|---:|---:|---:|");

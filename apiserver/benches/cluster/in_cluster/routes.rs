@@ -1,5 +1,5 @@
-//! The three ways a reconcile reaches the plugin pods from the node, and
-//! one call on each.
+//! The three ways a reconcile reaches the plugin pods from a pod, and one
+//! call on each.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
