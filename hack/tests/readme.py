@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 
 def shell_blocks(markdown: Path, heading: str) -> list[str]:
     """The ```sh blocks of the section under ``heading`` (up to the next heading of its level or higher).
 
-    Lines inside fenced code blocks are never headings (a shell comment is not one).
+    Lines inside fenced code blocks are never headings (a shell comment is not one). A block indented under a list
+    item comes without its indentation.
     """
     section: list[str] | None = None
     level = 0
     fenced = False
     for line in markdown.read_text().splitlines(keepends=True):
-        if line.startswith("```"):
+        if line.lstrip(" ").startswith("```"):
             fenced = not fenced
         elif not fenced and (match := re.match(r"(#+) (.*)\n?$", line)):
             if section is None and match.group(2) == heading:
@@ -27,7 +29,8 @@ def shell_blocks(markdown: Path, heading: str) -> list[str]:
             section.append(line)
     if section is None:
         raise ValueError(f"{markdown}: no heading {heading!r}")
-    return re.findall(r"^```sh\n(.*?)^```", "".join(section), re.MULTILINE | re.DOTALL)
+    blocks = re.findall(r"^( *)```sh\n(.*?)^\1```", "".join(section), re.MULTILINE | re.DOTALL)
+    return [textwrap.dedent(block) if indent else block for indent, block in blocks]
 
 
 def replace_line(script: str, starts_with: str, replacement: str) -> str:
