@@ -85,6 +85,8 @@ class Sample:
     latency: float
     detail: str = ""
     incomplete: bool = False
+    #: For a reconcile kplug answered: the plugin instance that answered it (``status.plugin.instance``).
+    answered_by: str = ""
 
 
 def answer(response: requests.Response) -> str:
@@ -218,7 +220,9 @@ class DirectReconciles(Timed):
                 return None
             return f"success=false: {status.get('results')}"[:300]
 
-        self.request(f"reconcile {plugin}", "POST", f"{GROUP_PATH}/plugins/{plugin}/reconcile", body, check=succeeded)
+        response = self.request(f"reconcile {plugin}", "POST", f"{GROUP_PATH}/plugins/{plugin}/reconcile", body, check=succeeded)
+        if response is not None and response.status_code < 300:
+            self.samples[-1].answered_by = response.json().get("status", {}).get("plugin", {}).get("instance", "")
 
 
 @dataclass

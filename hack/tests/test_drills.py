@@ -5,10 +5,13 @@ disruption, taken in the same run:
 1. ``kubectl rollout restart deploy/kplug``: no discovery request fails, every object converges;
 2. one kplug container SIGKILLed (through containerd, behind the kubelet's back):
    the same counts, and how long until the restarted kplug lists every plugin with every instance;
-3. a plugin's two pods rolled: no reconcile fails (instances drain, in-flight calls finish);
+3. a plugin's two pods rolled by a change of their environment: no reconcile fails (instances drain, in-flight
+   calls finish);
 4. a plugin pod deleted: reconciles go to the other instance, the gone instance leaves ``status.instances``;
 5. the operator's leader deleted: the standby takes the Lease over, and nothing is written twice;
-6. the kubelet stopped for 60 s and started again: everything converges, no object is lost.
+6. the kubelet stopped for 60 s and started again: everything converges, no object is lost;
+7. kplug's plugin CA rotated by certs/README.md's steps (the plugins rolled for certificates of the new CA): no
+   reconcile fails, and at the end plugins serve and accept the new CA alone.
 
 Beyond the install (kplug, both plugins and the operator, 2 replicas each),
 the walkthrough's PostgreSQL and MariaDB run as pods, so DatabaseTables
@@ -38,277 +41,38 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from install import DATABASE_IMAGES, DATABASE_PASSWORDS, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed, install_databases
+from drills import (
+    NO_EXCESS,
+    REPORT,
+    Drills,
+    Phase,
+    assert_clean,
+    changes_per_object,
+    excess_writes,
+    lease_holder,
+    node_ready,
+    objects_are_tables,
+    plugin_pods,
+    registry_whole,
+    repeat_writes,
+    settled_pods,
+    whole,
+)
+from install import DATABASE_IMAGES, DATABASE_PASSWORDS, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed, install_databases, run_script
 from kubecluster import REPO, Cluster, wait_for
-from load import NAMESPACE, Load, OperatorMetrics, audit_figures, metrics_delta
+from load import NAMESPACE, OperatorMetrics
+from plugin_tls import ca_name, handshake, plugin_ca_line, pods_logging
 from readme import shell_blocks
 from test_install import plugins_at
 
-OPERATOR = "database-table-operator"
-OPERATOR_SELECTOR = f"app.kubernetes.io/name={OPERATOR}"
-LEASE = "kplug-operator-databasetables.myorg.org"
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
-REPORT = Path(os.environ.get("KPLUG_DRILLS_REPORT") or REPO / "target" / "drills" / "report.json")
+CERTS_README = REPO / "certs" / "README.md"
 KUBELET_OUTAGE = 60.0
-# Once the load stops, every change written must be reconciled within this.
-SETTLE_TIMEOUT = 30.0
-
-
-# --- the cluster as the drills need it -------------------------------------------
-
-
-def plugin_pods(cluster: Cluster, plugin: str) -> list[dict]:
-    return cluster.kubectl_json("-n", PLUGINS_NS, "get", "pods", "-l", f"app.kubernetes.io/name={plugin}")["items"]
-
-
-def settled_pods(cluster: Cluster, namespace: str, selector: str, replicas: int) -> list[dict] | None:
-    """The pods of ``selector`` when there are exactly ``replicas``, all Ready and none terminating."""
-    pods = cluster.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"]
-    ready = cluster.ready_pods(namespace, selector)
-    return ready if len(pods) == replicas and len(ready) == replicas else None
-
-
-def registry_whole(installed: Installed, pod_ip: str, plugins: dict[str, set[str]]) -> bool:
-    """The kplug replica at ``pod_ip`` lists each plugin with exactly its pods as instances, all ready."""
-    listed = plugins_at(installed, pod_ip)
-    for name, pods in plugins.items():
-        instances = listed.get(name, {}).get("status", {}).get("instances", [])
-        if {i["name"] for i in instances} != pods or not all(i["ready"] for i in instances):
-            return False
-    return True
-
-
-def lease_holder(cluster: Cluster) -> str:
-    return cluster.kubectl_json("-n", PLUGINS_NS, "get", "lease", LEASE)["spec"].get("holderIdentity", "")
-
-
-def whole(installed: Installed, timeout: float = 180) -> dict[str, Any]:
-    """Waits until everything runs as installed: 2 Ready kplug replicas, each listing both plugins with their 2 Ready
-    pods as instances, the operator's 2 replicas with one holding the Lease, both databases, the APIService Available."""
-    cluster = installed.cluster
-
-    def check() -> dict[str, Any] | None:
-        kplug = settled_pods(cluster, KPLUG_NS, KPLUG_SELECTOR, 2)
-        operator = settled_pods(cluster, PLUGINS_NS, OPERATOR_SELECTOR, 2)
-        if not kplug or not operator:
-            return None
-        plugins = {}
-        for plugin in PLUGINS:
-            pods = settled_pods(cluster, PLUGINS_NS, f"app.kubernetes.io/name={plugin}", 2)
-            if not pods:
-                return None
-            plugins[plugin] = {p["metadata"]["name"] for p in pods}
-        if not all(registry_whole(installed, pod["status"]["podIP"], plugins) for pod in kplug):
-            return None
-        holder = lease_holder(cluster)
-        if holder not in {p["metadata"]["name"] for p in operator}:
-            return None
-        for database in ("postgres", "mariadb"):
-            if not settled_pods(cluster, "db", f"app.kubernetes.io/name={database}", 1):
-                return None
-        apiservice = cluster.kubectl_json("get", "apiservice", "v1alpha1.plugins.kplug.io")
-        if not any(c["type"] == "Available" and c["status"] == "True" for c in apiservice["status"].get("conditions", [])):
-            return None
-        return {"kplug": kplug, "operator": operator, "plugins": plugins, "leader": holder}
-
-    return wait_for("kplug, the plugins, the operator and the databases whole", check, timeout, interval=0.5)
-
-
-def database_tables(cluster: Cluster) -> dict[str, dict[str, list[str]]]:
-    """The tables in each database with their columns in order, asked of the database servers in their pods."""
-    mariadb = cluster.kubectl(
-        "-n", "db", "exec", "deploy/mariadb", "--", "mariadb", "--batch", "--skip-column-names", "tables", "-e",
-        "SET SESSION group_concat_max_len = 65536; SELECT table_name, GROUP_CONCAT(column_name ORDER BY ordinal_position) "
-        "FROM information_schema.columns WHERE table_schema = 'tables' GROUP BY table_name",
-    )  # fmt: skip
-    postgres = cluster.kubectl(
-        "-n", "db", "exec", "deploy/postgres", "--", "psql", "-U", "tables", "tables", "-At", "-F", "\t", "-c",
-        "SELECT table_name, string_agg(column_name::text, ',' ORDER BY ordinal_position) "
-        "FROM information_schema.columns WHERE table_schema = current_schema() GROUP BY table_name",
-    )  # fmt: skip
-
-    def parse(text: str) -> dict[str, list[str]]:
-        return {name: columns.split(",") for name, _, columns in (line.partition("\t") for line in text.splitlines() if line)}
-
-    return {"MariaDB": parse(mariadb), "PostgreSQL": parse(postgres)}
-
-
-def objects_are_tables(cluster: Cluster, tags: list[str] | None = None) -> dict[str, int]:
-    """Every DatabaseTable in the drills' namespace (of ``tags``, else all) is a table in the database it is bound
-    to, with the spec's columns; returns how many each database holds."""
-    items = cluster.kubectl_json("-n", NAMESPACE, "get", "databasetables")["items"]
-    if tags is not None:
-        items = [i for i in items if i["metadata"].get("labels", {}).get("drill") in tags]
-    tables = database_tables(cluster)
-    wrong = []
-    for item in items:
-        name = item["metadata"]["name"]
-        implementation = item.get("status", {}).get("implementation")
-        want = [c["name"] for c in item["spec"]["columns"]]
-        have = tables.get(implementation or "", {}).get(name)
-        if have != want:
-            wrong.append(f"{name} ({implementation}): {have} != {want}")
-    assert not wrong, f"DatabaseTables that are not tables as they say: {wrong[:10]}"
-    return {database: sum(1 for i in items if i.get("status", {}).get("implementation") == database) for database in tables}
-
-
-# --- phases: the load, a disruption, the figures ---------------------------------
-
-
-def excess_writes(figures: dict[str, Any], changes: dict[str, int], repeats: int = 0) -> dict[str, int]:
-    """Writes beyond what one reconcile per change (and ``repeats`` reconciles of an unchanged object) make: more
-    than one finalizer patch per object, more status writes than that, more Events than status writes."""
-    per_object = figures["audit"]["_per_object"]
-    return {
-        "object_patches": sum(max(0, counts.get("patch object", 0) - 1) for counts in per_object.values()),
-        "status_writes": sum(max(0, counts.get("status", 0) - changes.get(name, 0) - repeats) for name, counts in per_object.items()),
-        "events": sum(max(0, counts.get("events", 0) - counts.get("status", 0)) for counts in per_object.values()),
-    }
-
-
-NO_EXCESS = {"object_patches": 0, "status_writes": 0, "events": 0}
-
-
-def reconciles_done(metrics: OperatorMetrics) -> int:
-    """Reconciles the operator's replicas have finished (writes included), whatever their result."""
-    return int(sum(v for counters in metrics.scrape().values() for k, v in counters.items() if k.startswith("controller_runtime_reconcile_total")))
-
-
-def repeat_writes(drills: Drills, tag: str) -> dict[str, Any]:
-    """What reconciling converged objects again writes, per object: each of the phase's objects nudged (the
-    annotation README names) twice, one round after the other."""
-    cluster = drills.cluster
-    names = [i["metadata"]["name"] for i in cluster.kubectl_json("-n", NAMESPACE, "get", "databasetables", "-l", f"drill={tag}")["items"]]
-    rounds = {}
-    for round_ in ("first", "second"):
-        offset = cluster.audit_offset()
-        done = reconciles_done(drills.metrics)
-        cluster.kubectl("-n", NAMESPACE, "annotate", "databasetables", "-l", f"drill={tag}", f"kplug.io/reconcile-requested-at={time.time()}", "--overwrite")
-        wait_for(f"{len(names)} nudged reconciles", lambda: reconciles_done(drills.metrics) >= done + len(names), 60)
-        per_object = audit_figures(cluster.audit_events(offset)[0], tag)["_per_object"]
-        rounds[round_] = {
-            what: {"objects": len(names), "total": sum(c.get(what, 0) for c in per_object.values()), "max": max((c.get(what, 0) for c in per_object.values()), default=0)}
-            for what in ("status", "events")
-        }
-    return rounds
-
-
-def changes_per_object(load: Load) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for change in load.objects.changes:
-        counts[change.name] = counts.get(change.name, 0) + 1
-    return counts
-
-
-@dataclass
-class Phase:
-    name: str
-    load: Load
-    marks: dict[str, float] = field(default_factory=dict)
-    figures: dict[str, Any] = field(default_factory=dict)
-    settle_timeout: float = 30
-
-    def mark(self, what: str) -> float:
-        """Notes when ``what`` happened (seconds into the phase in the report)."""
-        now = time.time()
-        self.marks[what] = now
-        return now
-
-    def since(self, what: str) -> float:
-        return time.time() - self.marks[what]
-
-
-@dataclass
-class Drills:
-    installed: Installed
-    metrics: OperatorMetrics
-    report: dict[str, Any]
-    show: Callable[[str], None]
-    #: Appended to each phase's tag, so that phases can run again on the same cluster.
-    suffix: str = ""
-
-    @property
-    def cluster(self) -> Cluster:
-        return self.installed.cluster
-
-    def operator_ips(self) -> dict[str, str]:
-        pods = self.cluster.kubectl_json("-n", PLUGINS_NS, "get", "pods", "-l", OPERATOR_SELECTOR)["items"]
-        return {p["status"]["podIP"]: p["metadata"]["name"] for p in pods if p["status"].get("podIP")}
-
-    @contextmanager
-    def phase(self, name: str, tag: str, settle_timeout: float = SETTLE_TIMEOUT) -> Iterator[Phase]:
-        """Runs the load around the body: from a whole cluster, warmed up (4 changes reconciled) before the body,
-        and on until 6 more changes are reconciled after it; then waits for every change to converge and records
-        the figures, the audit log's and the operator's metrics' included."""
-        tag += self.suffix
-        state = whole(self.installed)
-        leaders = self.operator_ips()
-        offset = self.cluster.audit_offset()
-        before = self.metrics.scrape()
-        load = Load(self.cluster, tag)
-        phase = Phase(name, load, settle_timeout=settle_timeout)
-        phase.figures["leader_before"] = state["leader"]
-        load.start()
-        error: BaseException | None = None
-        try:
-            load.run_until_converged(4, f"{name}: warm-up")
-            phase.mark("load on")
-            yield phase
-            phase.mark("disruption over")
-            load.run_until_converged(6, f"{name}: after the disruption")
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            load.stop()
-            not_converged = load.settle(phase.settle_timeout if error is None else 5)
-            after = self.metrics.scrape()
-            leaders.update(self.operator_ips())
-            events, _ = self.cluster.audit_events(offset)
-            figures = load.figures()
-            figures["operator_metrics"] = metrics_delta(before, after)
-            figures["audit"] = audit_figures(events, tag, leaders)
-            figures["excess_writes"] = excess_writes(figures, changes_per_object(load))
-            figures["marks_s"] = {what: round(t - load.started, 2) for what, t in phase.marks.items()}
-            figures.update(phase.figures)
-            if error is not None:
-                figures["error"] = repr(error)[:500]
-            phase.figures = figures
-            self.record(name, figures)
-            if error is None:
-                assert not not_converged, f"{name}: changes not reconciled {phase.settle_timeout:.0f}s after the load stopped: {not_converged[:10]}"
-
-    def record(self, name: str, figures: dict[str, Any]) -> None:
-        self.report["phases"][name] = figures
-        REPORT.parent.mkdir(parents=True, exist_ok=True)
-        REPORT.write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
-        shown = {k: v for k, v in figures.items() if k != "audit"}
-        shown["audit"] = {k: v for k, v in figures["audit"].items() if not k.startswith("_")}
-        self.show(f"\n=== drill figures: {name} ===\n{json.dumps(shown, indent=1, sort_keys=True)}")
-
-
-def assert_clean(name: str, figures: dict[str, Any], discovery: bool = True, reconciles: bool = True) -> None:
-    """The goals every drill keeps unless it says otherwise: no request failed, no object showed a failed reconcile."""
-    problems = []
-    if discovery:
-        for kind in ("discovery", "list"):
-            if figures[kind]["failed"] or figures[kind].get("incomplete"):
-                problems.append(f"{kind}: {figures[kind]}")
-    if reconciles:
-        if figures["direct_reconciles"]["failed"]:
-            problems.append(f"direct reconciles: {figures['direct_reconciles']}")
-        failed = {code: n for code, n in figures["audit"]["operator_delegations_by_code"].items() if code != "201"}
-        errors = {k: v for k, v in figures["operator_metrics"].items() if "result=error" in k or ("delegations" in k and "Success" not in k)}
-        if failed or errors or figures["objects"]["seen_not_ready"]:
-            problems.append(f"operator: delegations by code {figures['audit']['operator_delegations_by_code']}, metrics {errors}, objects {figures['objects']}")
-    assert not problems, f"{name}: " + "\n".join(problems)
 
 
 # --- fixtures ----------------------------------------------------------------------
@@ -488,10 +252,12 @@ def test_kplug_container_killed(drills: Drills, baseline: dict[str, Any]) -> Non
 def test_plugin_rollout_fails_no_reconcile(drills: Drills, baseline: dict[str, Any], plugin: str) -> None:
     cluster, installed = drills.cluster, drills.installed
     tag = "plugp" if "postgresql" in plugin else "plugm"
-    with drills.phase(f"3 plugin rollout restart ({plugin})", tag) as phase:
+    with drills.phase(f"3 plugin rolled by an env change ({plugin})", tag) as phase:
         old = {p["metadata"]["name"] for p in plugin_pods(cluster, plugin)}
-        phase.mark("rollout restart")
-        cluster.kubectl("-n", PLUGINS_NS, "rollout", "restart", f"deploy/{plugin}")
+        phase.mark("env changed")
+        # A change of the pod template, as a new release's would be (the image tag cannot change here: the
+        # images are imported, not pulled, and one is built per commit).
+        cluster.kubectl("-n", PLUGINS_NS, "set", "env", f"deploy/{plugin}", f"DRILL_ROLLED_AT={time.time():.0f}")
         cluster.kubectl("-n", PLUGINS_NS, "rollout", "status", f"deploy/{plugin}", "--timeout=3m", timeout=200)
         pods = wait_for("the old plugin pods gone", lambda: settled_pods(cluster, PLUGINS_NS, f"app.kubernetes.io/name={plugin}", 2), 120)
         new = {p["metadata"]["name"] for p in pods}
@@ -500,7 +266,7 @@ def test_plugin_rollout_fails_no_reconcile(drills: Drills, baseline: dict[str, A
         kplugs = [p["status"]["podIP"] for p in cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR)]
         wait_for("both kplug replicas listing the new instances only", lambda: all(registry_whole(installed, ip, {plugin: new}) for ip in kplugs), 60)
         phase.mark("instances replaced")
-        phase.figures["rollout_s"] = round(phase.marks["old pods gone"] - phase.marks["rollout restart"], 1)
+        phase.figures["rollout_s"] = round(phase.marks["old pods gone"] - phase.marks["env changed"], 1)
     assert_clean(f"plugin rollout ({plugin})", phase.figures)
     objects_are_tables(cluster, [phase.load.tag])
 
@@ -527,6 +293,11 @@ def test_plugin_pod_deleted(drills: Drills, baseline: dict[str, Any]) -> None:
         wait_for("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in plugin_pods(cluster, plugin)}, 60)
         phase.mark("pod gone")
         phase.figures["instance_gone_after_s"] = round(phase.marks["instance gone"] - phase.marks["delete pod"], 2)
+    # The direct reconciles of the plugin went to the other instance once the deleted one had left.
+    after = [s.answered_by for s in phase.load.direct.samples if s.kind == f"reconcile {plugin}" and s.t > phase.marks["instance gone"]]
+    phase.figures["answered_after_the_instance_left"] = {name: after.count(name) for name in sorted(set(after))}
+    drills.record(phase.name, phase.figures)
+    assert after and victim not in after and all(after), phase.figures["answered_after_the_instance_left"]
     assert_clean("plugin pod deleted", phase.figures)
     objects_are_tables(cluster, [phase.load.tag])
 
@@ -595,6 +366,90 @@ def test_kubelet_stopped_for_a_minute(drills: Drills, baseline: dict[str, Any]) 
             assert "node NotReady" in marks and marks["node NotReady"] - 2 <= first and last <= marks["all whole"], (kind, figures[kind], marks)
 
 
-def node_ready(cluster: Cluster) -> bool:
-    node = cluster.kubectl_json("get", "node", cluster.env["KPLUG_CLUSTER_NODE_NAME"])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+@pytest.mark.timeout(900)
+def test_plugin_ca_rotated(drills: Drills, baseline: dict[str, Any], tmp_path: Path) -> None:
+    """certs/README.md's rotation, block by block, going on when its checks say so: every kplug replica logs the
+    step's CAs, and every plugin instance, asked directly, accepts a client certificate of the new CA (step 1), serves
+    one of the new CA (step 2, after the plugins' rollout) and refuses a client certificate of the old CA (step 3)."""
+    cluster, work = drills.cluster, drills.installed.work
+    trust_both, sign_with_new, roll_plugins, drop_old = shell_blocks(CERTS_README, "Rotating kplug's plugin CA")
+    old = ca_name(work / "certs" / "plugins" / "ca.crt")
+    kplugs = [p["metadata"]["name"] for p in cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR)]
+
+    def probe_files(ca_dir: Path, name: str) -> tuple[Path, tuple[Path, Path]]:
+        """The CA of ``ca_dir``, copied (step 3 moves the README's directories), and a client certificate of it as
+        plugin-certs.sh makes kplug's: what the probes verify plugins with and call them as."""
+        out = tmp_path / name
+        out.mkdir()
+        for file in ("ca.crt", "ca.key"):
+            (out / file).write_bytes((ca_dir / file).read_bytes())
+        run_script(cluster, work, f"certs/plugin-certs.sh --out-dir {out} client", f"a client certificate of the {name} CA")
+        return out / "ca.crt", (out / "kplug-client.crt", out / "kplug-client.key")
+
+    def kplug_logged(phase: Phase, signing: str, trusted: list[str], mark: str) -> None:
+        line = plugin_ca_line(signing, trusted)
+        wait_for(f"every kplug replica logging {line.pattern}", lambda: len(pods_logging(cluster, KPLUG_NS, kplugs, line)) == len(kplugs), 180)
+        phase.mark(mark)
+
+    def every_instance(phase: Phase, what: str, ca: Path, accepted: tuple[Path, Path], refused: tuple[Path, Path] | None = None) -> None:
+        """Waits until each plugin's 2 pods, as its instances, verified against ``ca``, answer a caller with the
+        ``accepted`` certificate and, the same moment, not one with the ``refused`` certificate: only the caller's
+        certificate differs, so the plugin refused that certificate."""
+        refusals: dict[str, str] = {}
+        last = {"state": "no plugin instance asked yet"}
+
+        def check() -> bool:
+            for plugin in PLUGINS:
+                pods = settled_pods(cluster, PLUGINS_NS, f"app.kubernetes.io/name={plugin}", 2)
+                instances = cluster.kubectl_json("get", "plugin", plugin)["status"].get("instances", [])
+                serving = [i for i in instances if pods and i["name"] in {p["metadata"]["name"] for p in pods}]
+                if len(serving) != 2:
+                    last["state"] = f"{plugin}: instances {[i['name'] for i in instances]}, settled pods {pods and [p['metadata']['name'] for p in pods]}"
+                    return False
+                for instance in serving:
+                    failure = handshake(instance["address"], instance["serverName"], ca, accepted)
+                    if failure is not None:
+                        last["state"] = f"{instance['name']} refused the certificate it should accept: {failure}"
+                        return False
+                    if refused is not None:
+                        failure = handshake(instance["address"], instance["serverName"], ca, refused)
+                        if failure is None:
+                            last["state"] = f"{instance['name']} answered the certificate it should refuse"
+                            return False
+                        refusals[plugin] = failure
+            return True
+
+        try:
+            wait_for(what, check, 180, interval=1)
+        except AssertionError as timeout:
+            raise AssertionError(f"{timeout}; last seen: {last['state']}") from None
+        phase.mark(what)
+        if refusals:
+            phase.figures["refusals"] = refusals
+
+    with drills.phase("7 plugin CA rotated", "ca") as phase:
+        run_script(cluster, work, trust_both, "rotation step 1: trust both CAs")
+        phase.mark("step 1 applied")
+        old_ca, old_client = probe_files(work / "certs" / "plugins", "old")
+        new_ca, new_client = probe_files(work / "certs" / "plugins-new", "new")
+        new = ca_name(new_ca)
+        kplug_logged(phase, old, [old, new], "kplug replicas trust both")
+        every_instance(phase, "plugins accept the new CA's client", old_ca, new_client)
+
+        run_script(cluster, work, sign_with_new, "rotation step 2: sign with the new CA")
+        phase.mark("step 2 applied")
+        kplug_logged(phase, new, [old, new], "kplug replicas sign with the new CA")
+        run_script(cluster, work, roll_plugins, "rotation step 2: the plugins rolled", timeout=400)
+        phase.mark("plugins rolled")
+        every_instance(phase, "plugins serve the new CA's certificates", new_ca, new_client)
+
+        run_script(cluster, work, drop_old, "rotation step 3: drop the old CA")
+        phase.mark("step 3 applied")
+        kplug_logged(phase, new, [new], "kplug replicas trust the new CA only")
+        every_instance(phase, "plugins accept the new CA's client and refuse the old one's", new_ca, new_client, old_client)
+        phase.figures["rotation_s"] = round(phase.since("step 1 applied"), 1)
+        phase.figures["cas"] = {"old": old, "new": new}
+    assert_clean("plugin CA rotated", phase.figures)
+    objects_are_tables(cluster, [phase.load.tag])
+    # Where the README leaves them: the new CA's files in certs/plugins.
+    assert ca_name(work / "certs" / "plugins" / "ca.crt") == new
