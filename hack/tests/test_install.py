@@ -82,12 +82,16 @@ def test_plugins_heartbeat_to_both_replicas_with_projected_tokens(installed: Ins
 
 
 def test_the_registry_service_names_every_replica(installed: Installed) -> None:
-    """kplug-registry is headless: its name resolves to each kplug pod, as the SDKs need."""
+    """kplug-registry is headless: its name resolves, in a pod of the plugins' namespace, to each kplug pod, as the
+    SDKs need; kplug's own Service to its cluster IP."""
     cluster = installed.cluster
     endpoints = cluster.kubectl_json("-n", KPLUG_NS, "get", "endpoints", "kplug-registry")
     addresses = {a["ip"] for subset in endpoints.get("subsets", []) for a in subset.get("addresses", [])}
     pod_ips = {p["status"]["podIP"] for p in cluster.kubectl_json("-n", KPLUG_NS, "get", "pods", "-l", KPLUG_SELECTOR)["items"]}
     assert addresses == pod_ips
+    assert cluster.resolve_in_pod(f"kplug-registry.{KPLUG_NS}.svc.cluster.local", PLUGINS_NS) == pod_ips
+    cluster_ip = cluster.kubectl("-n", KPLUG_NS, "get", "service", "kplug", "-o", "jsonpath={.spec.clusterIP}")
+    assert cluster.resolve_in_pod(f"kplug.{KPLUG_NS}.svc.cluster.local", PLUGINS_NS) == {cluster_ip}
 
 
 def test_plugins_from_the_short_manifest_serve_over_kplugs_identities_with_no_secret_of_theirs(
