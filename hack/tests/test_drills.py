@@ -26,7 +26,7 @@ stop. Each phase's figures are printed and written to
 ``target/drills/report.json`` (``KPLUG_DRILLS_REPORT`` names another file;
 ``python3 hack/tests/load.py REPORT`` renders it as BENCHMARKS.md's tables);
 BENCHMARKS.md, "Failure drills on the real cluster", has those of a run.
-The drills take about 7 minutes on 2 cores, plus the cluster's and the
+The drills take about 9 minutes on 2 cores, plus the cluster's and the
 install's 2.5 when they run alone:
 
     flock /run/lock/kplug-cluster-dev.lock ~/.cache/kplug/venv/bin/pytest hack/tests/test_drills.py
