@@ -14,7 +14,8 @@ echo "== cargo fmt" >&2
 cargo fmt --all -- --check
 # The fuzz targets' entry points (the `fuzzing` feature) build with
 # everything else, and their seeds and past failures are replayed as a test
-# (apiserver/tests/fuzz_seeds.rs); the fuzzing itself is hack/fuzz.sh.
+# (apiserver/tests/fuzz_seeds.rs); the fuzzing itself is hack/fuzz.sh, and
+# its smoke run follows the tests.
 features=(--features kplug-apiserver/fuzzing)
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
@@ -24,6 +25,9 @@ echo "== cargo build" >&2
 cargo build --workspace --all-targets --locked "${features[@]}"
 echo "== cargo test" >&2
 cargo test --workspace --locked "${features[@]}"
+# The fuzz targets themselves, built plain and run 3 s each over their seeds
+# and past failures (about 40 s): they keep compiling and passing.
+hack/fuzz.sh smoke 3
 echo "== pytest" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
 # kplug's images, from the Dockerfiles we ship (cached; about 12 minutes
