@@ -140,9 +140,23 @@ fn a_key_of_another_ca_or_a_ca_outside_the_bundle_does_not_load() {
     );
     std::fs::write(&files.trust_bundle, "").expect("empty bundle");
     assert!(matches!(
-        Signer::load(files, LIFETIME),
+        Signer::load(files.clone(), LIFETIME),
         Err(SignerError::Invalid { .. })
     ));
+    // PEM whose content is no certificate: refused by name, not passed on
+    // to plugins as trust.
+    let garbage =
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n";
+    std::fs::write(&files.trust_bundle, format!("{}{garbage}", new.0)).expect("bundle");
+    let error = Signer::load(files, LIFETIME)
+        .map(|_| ())
+        .expect_err("garbage in the bundle");
+    assert!(
+        error
+            .to_string()
+            .contains("holds what is not an X.509 certificate"),
+        "{error}"
+    );
 }
 
 #[test]
