@@ -4,53 +4,64 @@
 # apiserver/src/fuzzing.rs.
 #
 #   hack/fuzz.sh [TARGET|all] [SECONDS]   # default: all, 60 s each
-#   hack/fuzz.sh list                      # the targets
 #   hack/fuzz.sh smoke [SECONDS]           # every target, 3 s each (hack/test.sh)
+#   hack/fuzz.sh list                      # the targets
 #
 # Each run starts from the committed seeds (fuzz/seeds/TARGET, taken from
 # the tests) and the corpus earlier runs grew (fuzz/corpus/TARGET, not
 # committed). A crash is written to fuzz/artifacts/TARGET and fails the
-# run; make it a test (fuzz/regressions/TARGET/, replayed by `cargo test`)
-# once it is fixed. Runs on the machine's stable toolchain (RUSTC_BOOTSTRAP
-# lets cargo-fuzz pass its sanitizer flags); cargo-fuzz is installed under
-# ~/.cache/kplug. The first build takes about 7 minutes.
+# run; make it a test (fuzz/regressions/TARGET/, replayed by `cargo test`
+# and by the smoke run) once it is fixed. Runs on the machine's stable
+# toolchain (RUSTC_BOOTSTRAP lets cargo-fuzz pass its sanitizer flags);
+# cargo-fuzz is installed under ~/.cache/kplug. The first build takes about
+# 7 minutes (address sanitizer and coverage, in fuzz/target).
+#
+# The smoke run is part of the test run: the same binaries, built by the
+# test run's own build of the workspace (the fuzz crate is a member; no
+# sanitizer, no coverage, no cargo-fuzz; nothing left to build after
+# hack/test.sh's `cargo build`), each run by libFuzzer for SECONDS over its
+# seeds and past failures (fuzz/regressions/TARGET), then on inputs libFuzzer
+# mutates without coverage feedback. It fails, naming the target, if one
+# crashes: the targets keep building and running and what they found stays
+# fixed. It is not fuzzing (no coverage to steer by).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# smoke: the same fuzz targets built as a plain dev build (no sanitizer, no
-# coverage instrumentation, in the workspace's target/ so that its
-# dependencies are reused: about 20 s after the workspace's build), each run
-# by libFuzzer for SECONDS over its seeds and past failures. Without coverage
-# libFuzzer only mutates at random: this keeps the targets compiling and
-# their inputs passing, it is not fuzzing. New inputs go to a temporary
-# directory, never to the committed ones.
-if [ "${1:-}" = smoke ]; then
+# The targets: the binaries of fuzz/Cargo.toml.
+targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -vx kplug-fuzz)
+what="${1:-all}"
+
+if [ "$what" = smoke ]; then
   seconds="${2:-3}"
-  target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
-  echo "== fuzz targets: smoke build" >&2
-  CARGO_TARGET_DIR="$target_dir" cargo build --quiet --manifest-path fuzz/Cargo.toml --locked
+  # hack/test.sh's build, flag for flag: any other selection of packages or
+  # features resolves other features of the dependencies and builds them
+  # again.
+  cargo build --workspace --all-targets --locked --features kplug-apiserver/fuzzing
+  bin="${CARGO_TARGET_DIR:-target}/debug"
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   failed=()
-  for source in fuzz/fuzz_targets/*.rs; do
-    target=$(basename "$source" .rs)
-    mkdir -p "$scratch/$target"
+  for target in $targets; do
     inputs=("fuzz/seeds/$target")
     [ -d "fuzz/regressions/$target" ] && inputs+=("fuzz/regressions/$target")
-    if ! "$target_dir/debug/$target" "$scratch/$target" "${inputs[@]}" \
-      -max_total_time="$seconds" -max_len=4096 -artifact_prefix="$scratch/$target-" >"$scratch/$target.log" 2>&1; then
-      echo "fuzz target $target failed its smoke run:" >&2
-      tail -40 "$scratch/$target.log" >&2
-      # The input that failed, kept where the full runs keep theirs.
-      mkdir -p "fuzz/artifacts/$target"
-      cp "$scratch/$target"-* "fuzz/artifacts/$target/" 2>/dev/null || true
-      failed+=("$target")
+    mkdir -p "fuzz/artifacts/$target" "$scratch/$target"
+    log="fuzz/artifacts/$target/smoke.log"
+    # The first directory takes what libFuzzer would add to the corpus: a
+    # scratch one, so the committed seeds stay as they are.
+    if "$bin/$target" -max_total_time="$seconds" -max_len=4096 -len_control=0 -timeout=10 \
+      -artifact_prefix="fuzz/artifacts/$target/smoke-" -print_final_stats=1 \
+      "$scratch/$target" "${inputs[@]}" >"$log" 2>&1; then
+      runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+      echo "== fuzz smoke $target: ${runs:-?} inputs in $seconds s" >&2
     else
-      echo "== $target: $(grep -o 'Done [0-9]* runs' "$scratch/$target.log")" >&2
+      failed+=("$target")
+      echo "== fuzz smoke $target FAILED (log: $log)" >&2
+      # Its panic and libFuzzer's report, without the backtrace's frames.
+      grep -v -E '^WARNING: Failed to find function|^ *[0-9]+: |^ +at ' "$log" | tail -n 20 >&2
     fi
   done
   if [ ${#failed[@]} -gt 0 ]; then
-    echo "fuzz smoke run failed in: ${failed[*]}" >&2
+    echo "fuzz smoke run failed: ${failed[*]} (inputs under fuzz/artifacts/TARGET/smoke-*)" >&2
     exit 1
   fi
   exit 0
@@ -62,15 +73,15 @@ if [ ! -x "$root/bin/cargo-fuzz" ]; then
   echo "== installing cargo-fuzz $CARGO_FUZZ_VERSION under $root" >&2
   cargo install --quiet --locked --root "$root" cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
-# cargo fuzz COMMAND --fuzz-dir fuzz [ARGS...] (what follows `--` goes to libFuzzer).
+# cargo fuzz COMMAND [ARGS...] (what follows `--` goes to libFuzzer). The
+# fuzz crate is a member of the root workspace; its instrumented build has
+# a target directory of its own, fuzz/target.
 fuzz() {
   local command="$1"
   shift
-  RUSTC_BOOTSTRAP=1 "$root/bin/cargo-fuzz" "$command" --fuzz-dir fuzz "$@"
+  RUSTC_BOOTSTRAP=1 "$root/bin/cargo-fuzz" "$command" --fuzz-dir fuzz --target-dir fuzz/target "$@"
 }
 
-targets=$(fuzz list)
-what="${1:-all}"
 seconds="${2:-60}"
 case "$what" in
   list) echo "$targets"; exit 0 ;;

@@ -23,6 +23,8 @@ command -v iptables >/dev/null || need_apt+=(iptables)
 command -v conntrack >/dev/null || need_apt+=(conntrack)
 command -v ss >/dev/null || need_apt+=(iproute2)
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+# libFuzzer (C++), which the fuzz targets link (fuzz/, hack/fuzz.sh smoke).
+command -v c++ >/dev/null || need_apt+=(g++)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}" >&2

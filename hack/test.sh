@@ -12,10 +12,11 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 echo "== cargo fmt" >&2
 cargo fmt --all -- --check
-# The fuzz targets' entry points (the `fuzzing` feature) build with
-# everything else, and their seeds and past failures are replayed as a test
-# (apiserver/tests/fuzz_seeds.rs); the fuzzing itself is hack/fuzz.sh, and
-# its smoke run follows the tests.
+# The fuzz targets (fuzz/, a member of the workspace) and their entry points
+# (the `fuzzing` feature) build with everything else, without sanitizer or
+# coverage; their seeds and past failures are replayed as a test
+# (apiserver/tests/fuzz_seeds.rs) and by the smoke run that follows the
+# tests. The fuzzing itself, instrumented, is hack/fuzz.sh.
 features=(--features kplug-apiserver/fuzzing)
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
@@ -25,8 +26,10 @@ echo "== cargo build" >&2
 cargo build --workspace --all-targets --locked "${features[@]}"
 echo "== cargo test" >&2
 cargo test --workspace --locked "${features[@]}"
-# The fuzz targets themselves, built plain and run 3 s each over their seeds
-# and past failures (about 40 s): they keep compiling and passing.
+# The fuzz targets' binaries from the build above, each run by libFuzzer
+# for 3 s over its seeds and past failures (about 30 s): they keep
+# building, running and passing.
+echo "== fuzz smoke" >&2
 hack/fuzz.sh smoke 3
 echo "== pytest" >&2
 "${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
