@@ -201,18 +201,15 @@ impl PluginTls {
     /// Names the plugin CA when kplug is one: a rotation (certs/README.md)
     /// goes on once every replica logs the step's CAs.
     fn log_renewed(&self) {
-        let generation = self.generation();
-        match &self.source {
-            PluginTlsSource::Files(_) => tracing::info!(
-                generation,
-                "plugin TLS material renewed: new connections to plugins use it"
-            ),
-            PluginTlsSource::Signer(signer) => tracing::info!(
-                generation,
-                plugin_ca = %signer.names(),
-                "plugin TLS material renewed: new connections to plugins use it"
-            ),
-        }
+        let plugin_ca = match &self.source {
+            PluginTlsSource::Files(_) => None,
+            PluginTlsSource::Signer(signer) => Some(signer.names()),
+        };
+        tracing::info!(
+            generation = self.generation(),
+            plugin_ca = plugin_ca.as_ref().map(tracing::field::display),
+            "plugin TLS material renewed: new connections to plugins use it"
+        );
     }
 }
 
