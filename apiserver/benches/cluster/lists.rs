@@ -12,10 +12,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::clients::{Endpoints, wait_for};
-use super::{
-    CLUSTER_TIMEOUT, IN_FLIGHT, LIST_ROUNDS, LIST_WARMUP, LISTS_PER_ROUND, PHASE_TIMEOUT, PLUGIN,
-    PLUGINS_PATH, READER,
-};
+use super::{CLUSTER_TIMEOUT, Counts, IN_FLIGHT, PHASE_TIMEOUT, PLUGIN, PLUGINS_PATH, READER};
 use crate::support::{ApiClient, join_all};
 
 pub(super) struct ListRun {
@@ -41,6 +38,7 @@ pub(super) async fn list_runs(
     warm: &AggregatedKplug,
     cold: &AggregatedKplug,
     apiserver_pid: u32,
+    counts: Counts,
 ) -> Result<Vec<ListRun>> {
     let servers = [
         (
@@ -80,7 +78,7 @@ pub(super) async fn list_runs(
         .await?;
         bytes.push(client.get(PLUGINS_PATH, "application/json").await?.len());
         eprintln!("warming up kplug {label}");
-        list_load(&client, LIST_WARMUP).await?;
+        list_load(&client, counts.list_warmup).await?;
     }
 
     let mut metrics = env.apiserver_admin().await?;
@@ -89,11 +87,12 @@ pub(super) async fn list_runs(
     let mut elapsed = [Duration::ZERO; 2];
     let mut kplug_cpu = [Duration::ZERO; 2];
     let mut apiserver_cpu = [Duration::ZERO; 2];
-    for round in 0..LIST_ROUNDS {
+    for round in 0..counts.list_rounds {
         for (index, (label, kplug, client)) in servers.iter().enumerate() {
             eprintln!(
-                "round {}: {LISTS_PER_ROUND} lists on kplug {label}",
-                round + 1
+                "round {}: {} lists on kplug {label}",
+                round + 1,
+                counts.lists_per_round,
             );
             let reviews_before = subject_access_reviews(&mut metrics).await?;
             let (kplug_before, apiserver_before) = (
@@ -101,7 +100,7 @@ pub(super) async fn list_runs(
                 process_cpu_time(apiserver_pid)?,
             );
             let started = Instant::now();
-            let run = list_load(client, LISTS_PER_ROUND).await?;
+            let run = list_load(client, counts.lists_per_round).await?;
             elapsed[index] += started.elapsed();
             kplug_cpu[index] += process_cpu_time(kplug.pid())? - kplug_before;
             apiserver_cpu[index] += process_cpu_time(apiserver_pid)? - apiserver_before;
@@ -162,17 +161,18 @@ async fn list_load(client: &ApiClient, total: usize) -> Result<Vec<Duration>> {
     Ok(samples.concat())
 }
 
-pub(super) fn print_lists(runs: &[ListRun]) {
+pub(super) fn print_lists(runs: &[ListRun], counts: Counts) {
     println!("## Authorized lists: SubjectAccessReview cache warm versus cold\n");
     println!(
         "`GET {PLUGINS_PATH}` (1 plugin registered, the real hello-plugin; a {} JSON body) straight \
          to kplug over one HTTP/2 TLS connection with the front-proxy client certificate, as \
          `X-Remote-User: {READER}` (bound to `kplug:reader`), `X-Remote-Group: system:authenticated`, \
-         {IN_FLIGHT} requests in flight; {LIST_ROUNDS} rounds of {} lists per kplug, alternating, \
+         {IN_FLIGHT} requests in flight; {} rounds of {} lists per kplug, alternating, \
          after {} untimed. Cold: every request is one SubjectAccessReview to kube-apiserver.\n",
         size(runs.first().map_or(0, |run| run.bytes)),
-        thousands(LISTS_PER_ROUND),
-        thousands(LIST_WARMUP),
+        counts.list_rounds,
+        thousands(counts.lists_per_round),
+        thousands(counts.list_warmup),
     );
     println!(
         "| kplug auth caches | Lists | Lists/s | p50 | p99 | SubjectAccessReviews | kplug CPU per list | kube-apiserver CPU per list |"

@@ -43,6 +43,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::measure::CpuSnapshot;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, Installation, KUBECTL, Process, hello_plugin_command,
@@ -69,16 +70,42 @@ const READER: &str = "bench-reader";
 
 /// Requests in flight on the one HTTP/2 connection during the list runs.
 const IN_FLIGHT: usize = 32;
-/// Untimed lists per server before the timed ones.
-const LIST_WARMUP: usize = 1_000;
-/// Timed rounds, alternating warm and cold, and lists per server per round.
-const LIST_ROUNDS: usize = 3;
-const LISTS_PER_ROUND: usize = 20_000;
 /// Size of the reconciled object's compact JSON.
 const OBJECT_BYTES: usize = 1024;
-/// Untimed and timed reconciles per route (one in flight).
-const RECONCILE_WARMUP: usize = 100;
-const RECONCILES: usize = 2_000;
+
+/// How many requests a run makes.
+#[derive(Clone, Copy)]
+struct Counts {
+    /// Untimed lists per server before the timed ones.
+    list_warmup: usize,
+    /// Timed rounds, alternating warm and cold, and lists per server per round.
+    list_rounds: usize,
+    lists_per_round: usize,
+    /// Untimed and timed reconciles per route (one in flight).
+    reconcile_warmup: usize,
+    reconciles: usize,
+}
+
+impl Counts {
+    fn of(mode: BenchMode) -> Self {
+        mode.pick(
+            Self {
+                list_warmup: 1_000,
+                list_rounds: 3,
+                lists_per_round: 20_000,
+                reconcile_warmup: 100,
+                reconciles: 2_000,
+            },
+            Self {
+                list_warmup: 10,
+                list_rounds: 1,
+                lists_per_round: 4 * IN_FLIGHT,
+                reconcile_warmup: 2,
+                reconciles: 20,
+            },
+        )
+    }
+}
 
 /// Upper bound of a phase and of a wait for the cluster, so that a wedged
 /// process fails the run instead of hanging it.
@@ -86,9 +113,11 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<()> {
+    let mode = BenchMode::from_args();
     if kplug_test_support::in_cluster::requested() {
-        return in_cluster::main();
+        return in_cluster::main(mode);
     }
+    let counts = Counts::of(mode);
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let hello_binary = target_binary("hello-plugin", BUILD)?;
     ensure!(Path::new(KUBECTL).exists(), "{KUBECTL} is missing");
@@ -141,8 +170,8 @@ fn main() -> Result<()> {
         ),
     };
     let (lists, reconciles) = runtime.block_on(async {
-        let lists = list_runs(&env, &warm, &cold, kube_apiserver_pid).await?;
-        let reconciles = reconcile_runs(&env, &warm).await?;
+        let lists = list_runs(&env, &warm, &cold, kube_apiserver_pid, counts).await?;
+        let reconciles = reconcile_runs(&env, &warm, counts).await?;
         anyhow::Ok((lists, reconciles))
     })?;
     for (name, kplug) in [("warm", &warm), ("cold", &cold)] {
@@ -165,8 +194,11 @@ fn main() -> Result<()> {
          not children of the bench, so their CPU time counts as \"other processes\" above.\n",
         cluster.var("KPLUG_APISERVER_VERSION")
     );
-    print_lists(&lists);
-    print_reconciles(&reconciles);
+    if let Some(warning) = mode.warning() {
+        println!("{warning}");
+    }
+    print_lists(&lists, counts);
+    print_reconciles(&reconciles, counts);
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use kplug_test_support::report::{micros, size, thousands};
 use serde_json::{Value, json};
 
 use super::clients::Endpoints;
-use super::{OBJECT_BYTES, PHASE_TIMEOUT, RECONCILE_PATH, RECONCILE_WARMUP, RECONCILES};
+use super::{Counts, OBJECT_BYTES, PHASE_TIMEOUT, RECONCILE_PATH};
 use crate::support::ApiClient;
 
 pub(super) struct ReconcileRuns {
@@ -44,6 +44,7 @@ pub(super) fn object_of_size(bytes: usize) -> Result<Value> {
 pub(super) async fn reconcile_runs(
     env: &Endpoints,
     warm: &AggregatedKplug,
+    counts: Counts,
 ) -> Result<ReconcileRuns> {
     let body = Bytes::from(serde_json::to_vec(&json!({
         "apiVersion": "plugins.kplug.io/v1alpha1",
@@ -66,14 +67,14 @@ pub(super) async fn reconcile_runs(
             answer["status"]["objectStatus"]["greeting"] == "hello, ada",
             "unexpected reconcile answer {answer}"
         );
-        for _ in 0..RECONCILE_WARMUP {
+        for _ in 0..counts.reconcile_warmup {
             reconcile(route, &body).await?;
         }
     }
-    eprintln!("{RECONCILES} reconciles per route, alternating");
+    eprintln!("{} reconciles per route, alternating", counts.reconciles);
     let mut samples: [Vec<Duration>; 2] = Default::default();
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    for round in 0..RECONCILES {
+    for round in 0..counts.reconciles {
         ensure!(
             Instant::now() < deadline,
             "reconciles took longer than {PHASE_TIMEOUT:?}"
@@ -104,16 +105,17 @@ async fn reconcile(route: &mut ApiClient, body: &Bytes) -> Result<Duration> {
     Ok(elapsed)
 }
 
-pub(super) fn print_reconciles(runs: &ReconcileRuns) {
+pub(super) fn print_reconciles(runs: &ReconcileRuns, counts: Counts) {
     println!("## Reconcile: through kube-apiserver versus straight to kplug\n");
     println!(
         "`POST {RECONCILE_PATH}` with a {} Reconcile (a {OBJECT_BYTES}-byte object), one at a time, \
-         {} per route alternating, after {RECONCILE_WARMUP} untimed; kplug calls the hello-plugin \
+         {} per route alternating, after {} untimed; kplug calls the hello-plugin \
          over gRPC. Through kube-apiserver: the admin client certificate, proxied by the aggregator. \
          Straight: the front-proxy certificate as `admin` in `system:masters` (no SubjectAccessReview \
          on either route).\n",
         size(runs.request_bytes),
-        thousands(RECONCILES),
+        thousands(counts.reconciles),
+        counts.reconcile_warmup,
     );
     println!("| Route | Reconciles | p50 | p90 | p99 |");
     println!("|---|---:|---:|---:|---:|");

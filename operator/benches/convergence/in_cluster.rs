@@ -14,12 +14,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::in_cluster::{self, MemoryRun, MemoryWatch, Node, Pod, WIDGETS};
 use kplug_test_support::target_binary;
 
 use crate::phases::measure;
 use crate::report::{OperatorLog, Report, Setting, print_report};
-use crate::{BASELINE_NAMESPACE, BUILD, GROUP, IN_FLIGHT, NAMESPACE, NAMESPACES};
+use crate::{BASELINE_NAMESPACE, BUILD, Counts, GROUP, IN_FLIGHT, NAMESPACE, NAMESPACES};
 
 /// The command that produces these numbers, as printed in the report.
 const COMMAND: &str = "hack/cluster.sh up && \
@@ -29,7 +30,7 @@ const COMMAND: &str = "hack/cluster.sh up && \
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
-pub fn main() -> Result<()> {
+pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
     ensure!(
         WIDGETS.group == GROUP
             && WIDGETS.namespace == NAMESPACE
@@ -39,7 +40,7 @@ pub fn main() -> Result<()> {
     // It makes the installation's certificates.
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let node = Node::connect()?;
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-in-cluster");
+    let work = in_cluster::installation_dir(env!("CARGO_TARGET_TMPDIR"));
     let installation = in_cluster::prepare(&node, &kplug_binary, &work)?;
     let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
@@ -86,7 +87,7 @@ pub fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let results = runtime.block_on(measure(&node.kubeconfig()?, &processes))?;
+    let results = runtime.block_on(measure(&node.kubeconfig()?, &processes, counts))?;
     let peak = watch.finish()?;
     let after = plain.iter().map(Pod::memory).collect::<Result<Vec<_>>>()?;
 
@@ -96,6 +97,7 @@ pub fn main() -> Result<()> {
     eprintln!("the operator's log: {}", log_path.display());
 
     print_report(&Report {
+        mode,
         results: &results,
         log: &OperatorLog::read(&log_path)?,
         processes: &processes,

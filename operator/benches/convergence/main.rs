@@ -15,7 +15,7 @@
 //! 1. **Apply → Ready, one object at a time**: create a Widget in `bench`
 //!    and wait until a watch on the namespace (opened before the first
 //!    create) shows `Ready=True` with `observedGeneration` equal to its
-//!    generation, `LATENCY_OBJECTS` times after `WARMUP_OBJECTS` untimed.
+//!    generation, 20 times after 3 untimed.
 //!    Next to it, one at a time in the namespace `baseline` (which the
 //!    operator does not watch), the calls the operator makes for an object:
 //!    a create, a merge patch of `/status` and a server-side apply of
@@ -23,10 +23,10 @@
 //!    one `create reconciles` through kube-apiserver and kplug to the
 //!    plugin.
 //! 2. **The raw rates of the same kube-apiserver**, `IN_FLIGHT` requests in
-//!    flight, on `OBJECTS` Widgets in `baseline`: creates, merge patches of
+//!    flight, on 1,000 Widgets in `baseline`: creates, merge patches of
 //!    `/status` (`{"status":{"greeting":"x"}}`), server-side applies of
 //!    `/status`, and `create reconciles`.
-//! 3. **`OBJECTS` objects through the operator**: `OBJECTS` Widgets created
+//! 3. **1,000 objects through the operator**: 1,000 Widgets created
 //!    in `bench` with `IN_FLIGHT` in flight, timed from the first create
 //!    until the watch has seen every one Ready. The requests kube-apiserver
 //!    served meanwhile (its `apiserver_request_total`) show what one object
@@ -55,6 +55,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, KUBECTL, Process, hello_plugin_command, plugin_identity,
     target_binary, wait_until,
@@ -95,15 +96,36 @@ kind: Namespace
 metadata: {name: plugins}
 ";
 
-/// Untimed objects before the timed ones (connections, caches).
-const WARMUP_OBJECTS: usize = 3;
-/// Objects created one at a time for the latency figures.
-const LATENCY_OBJECTS: usize = 20;
-/// Objects of the throughput runs.
-const OBJECTS: usize = 1_000;
+/// How many objects a run makes.
+#[derive(Clone, Copy)]
+pub struct Counts {
+    /// Untimed objects before the timed ones (connections, caches).
+    pub warmup_objects: usize,
+    /// Objects created one at a time for the latency figures.
+    pub latency_objects: usize,
+    /// Objects of the throughput runs.
+    pub objects: usize,
+}
+
+impl Counts {
+    fn of(mode: BenchMode) -> Self {
+        mode.pick(
+            Self {
+                warmup_objects: 3,
+                latency_objects: 20,
+                objects: 1_000,
+            },
+            Self {
+                warmup_objects: 1,
+                latency_objects: 3,
+                objects: 2 * IN_FLIGHT,
+            },
+        )
+    }
+}
 /// Requests in flight in the throughput runs, and the operator's concurrency.
 const IN_FLIGHT: usize = 32;
-/// The issue's target: `OBJECTS` objects Ready within this long.
+/// The issue's target: 1,000 objects Ready within this long.
 const TARGET: Duration = Duration::from_secs(20);
 
 /// Upper bounds, so that a wedged process fails the run instead of hanging it.
@@ -120,8 +142,10 @@ const QUIET_WINDOW: Duration = Duration::from_secs(1);
 const QUIET_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<()> {
+    let mode = BenchMode::from_args();
+    let counts = Counts::of(mode);
     if kplug_test_support::in_cluster::requested() {
-        return in_cluster::main();
+        return in_cluster::main(mode, counts);
     }
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let operator_binary = target_binary("kplug-operator", BUILD)?;
@@ -201,10 +225,11 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let results = runtime.block_on(measure(&cluster.kubeconfig(), &processes))?;
+    let results = runtime.block_on(measure(&cluster.kubeconfig(), &processes, counts))?;
     let log = OperatorLog::read(&log_path)?;
 
     print_report(&Report {
+        mode,
         results: &results,
         log: &log,
         processes: &processes,

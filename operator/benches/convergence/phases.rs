@@ -1,5 +1,5 @@
 //! The measured phases: apply → Ready one object at a time, the raw calls
-//! and rates of kube-apiserver, and `OBJECTS` objects through the operator,
+//! and rates of kube-apiserver, and `counts.objects` objects through the operator,
 //! with the CPU each phase used.
 
 use std::collections::BTreeMap;
@@ -22,9 +22,8 @@ use crate::watch::{
     widget_resource,
 };
 use crate::{
-    BASELINE_NAMESPACE, GROUP, IN_FLIGHT, KIND, LATENCY_OBJECTS, NAMESPACE, OBJECTS, PHASE_TIMEOUT,
-    PLURAL, QUIET_SHARE, QUIET_TIMEOUT, QUIET_WINDOW, REQUEST_TIMEOUT, SETTLE, VERSION,
-    WARMUP_OBJECTS,
+    BASELINE_NAMESPACE, Counts, GROUP, IN_FLIGHT, KIND, NAMESPACE, PHASE_TIMEOUT, PLURAL,
+    QUIET_SHARE, QUIET_TIMEOUT, QUIET_WINDOW, REQUEST_TIMEOUT, SETTLE, VERSION,
 };
 
 /// Runs `request(i)` for i in 0..count with `IN_FLIGHT` in flight; returns
@@ -52,6 +51,7 @@ where
 // The measurements
 
 pub struct Results {
+    pub counts: Counts,
     /// Apply → Ready, one object at a time.
     pub apply_to_ready: Latencies,
     /// Round trips one at a time: create, merge patch and apply of /status,
@@ -90,7 +90,16 @@ pub struct Convergence {
     pub per_object: Latencies,
 }
 
-pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Result<Results> {
+pub async fn measure(
+    kubeconfig: &Path,
+    processes: &[(&'static str, u32)],
+    counts: Counts,
+) -> Result<Results> {
+    let Counts {
+        warmup_objects,
+        latency_objects,
+        objects: object_count,
+    } = counts;
     let client = admin_client(kubeconfig).await?;
     let resource = widget_resource();
     let bench = Api::<DynamicObject>::namespaced_with(client.clone(), NAMESPACE, &resource);
@@ -102,8 +111,8 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     let post = PostParams::default();
 
     // 1. Apply → Ready, one object at a time.
-    eprintln!("{WARMUP_OBJECTS} untimed objects, then {LATENCY_OBJECTS} timed, one at a time");
-    for i in 0..WARMUP_OBJECTS {
+    eprintln!("{warmup_objects} untimed objects, then {latency_objects} timed, one at a time");
+    for i in 0..warmup_objects {
         let name = format!("warmup-{i}");
         call("create", bench.create(&post, &widget(&name))).await?;
         wait_ready(&mut ready, &name).await?;
@@ -111,7 +120,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     let mut quiet_waits = vec![quiet(processes).await?];
     let before = CpuSnapshot::now(&pids)?;
     let mut samples = Vec::new();
-    for i in 0..LATENCY_OBJECTS {
+    for i in 0..latency_objects {
         let name = format!("latency-{i:02}");
         let started = Instant::now();
         call("create", bench.create(&post, &widget(&name))).await?;
@@ -119,7 +128,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     }
     phases.push((
         "apply → Ready, one at a time (per object)",
-        LATENCY_OBJECTS,
+        latency_objects,
         before.usage()?,
     ));
     let apply_to_ready = Latencies::new(samples);
@@ -166,11 +175,11 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         "status": {"greeting": "y"},
     });
     let apply_params = PatchParams::apply("bench").force();
-    eprintln!("{LATENCY_OBJECTS} of each raw call, one at a time, in {BASELINE_NAMESPACE}");
+    eprintln!("{latency_objects} of each raw call, one at a time, in {BASELINE_NAMESPACE}");
     let (mut changes, watching) = watch(baseline.clone()).await?;
     let before = CpuSnapshot::now(&pids)?;
     let mut samples: [Vec<Duration>; 7] = Default::default();
-    for i in 0..WARMUP_OBJECTS + LATENCY_OBJECTS {
+    for i in 0..warmup_objects + latency_objects {
         let name = format!("single-{i:02}");
         // Round trip and until the watch saw the change, per write.
         let mut timings = Vec::with_capacity(7);
@@ -197,7 +206,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         let started = Instant::now();
         reconcile_once(created).await?;
         timings.push(started.elapsed());
-        if i >= WARMUP_OBJECTS {
+        if i >= warmup_objects {
             for (samples, timing) in samples.iter_mut().zip(timings) {
                 samples.push(timing);
             }
@@ -207,7 +216,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     watching.abort();
     phases.push((
         "raw calls, one at a time (per request)",
-        4 * (WARMUP_OBJECTS + LATENCY_OBJECTS),
+        4 * (warmup_objects + latency_objects),
         before.usage()?,
     ));
     let [
@@ -223,7 +232,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     // 2b. The raw rates, `IN_FLIGHT` in flight.
     let name = |i: usize| format!("raw-{i:04}");
     let before = CpuSnapshot::now(&pids)?;
-    let (creates, objects) = in_flight("raw creates", OBJECTS, |i| {
+    let (creates, objects) = in_flight("raw creates", object_count, |i| {
         let baseline = baseline.clone();
         async move {
             call(
@@ -234,9 +243,9 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         }
     })
     .await?;
-    phases.push(("raw creates", OBJECTS, before.usage()?));
+    phases.push(("raw creates", object_count, before.usage()?));
     let before = CpuSnapshot::now(&pids)?;
-    let (merge_status_writes, _) = in_flight("raw merge patches of /status", OBJECTS, |i| {
+    let (merge_status_writes, _) = in_flight("raw merge patches of /status", object_count, |i| {
         let (baseline, merge) = (baseline.clone(), &merge);
         async move {
             call(
@@ -247,9 +256,13 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         }
     })
     .await?;
-    phases.push(("raw merge patches of /status", OBJECTS, before.usage()?));
+    phases.push((
+        "raw merge patches of /status",
+        object_count,
+        before.usage()?,
+    ));
     let before = CpuSnapshot::now(&pids)?;
-    let (apply_status_writes, _) = in_flight("raw applies of /status", OBJECTS, |i| {
+    let (apply_status_writes, _) = in_flight("raw applies of /status", object_count, |i| {
         let (baseline, apply, params) = (baseline.clone(), &apply, &apply_params);
         async move {
             call(
@@ -260,15 +273,15 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         }
     })
     .await?;
-    phases.push(("raw applies of /status", OBJECTS, before.usage()?));
+    phases.push(("raw applies of /status", object_count, before.usage()?));
     let before = CpuSnapshot::now(&pids)?;
-    let (reconciles, _) = in_flight("raw create reconciles", OBJECTS, |i| {
+    let (reconciles, _) = in_flight("raw create reconciles", object_count, |i| {
         reconcile_once(objects[i].clone())
     })
     .await?;
-    phases.push(("raw create reconciles", OBJECTS, before.usage()?));
+    phases.push(("raw create reconciles", object_count, before.usage()?));
 
-    // 3. `OBJECTS` objects through the operator.
+    // 3. `object_count` objects through the operator.
     quiet_waits.push(quiet(processes).await?);
     let requests_before = request_counts(&client).await?;
     let before = CpuSnapshot::now(&pids)?;
@@ -276,7 +289,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     let creating = tokio::spawn({
         let bench = bench.clone();
         async move {
-            in_flight("objects for the operator", OBJECTS, |i| {
+            in_flight("objects for the operator", object_count, |i| {
                 let bench = bench.clone();
                 async move {
                     let name = format!("widget-{i:04}");
@@ -295,11 +308,11 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     let deadline = tokio::time::Instant::from_std(started + PHASE_TIMEOUT);
     // When each object was first seen Ready.
     let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
-    while seen.len() < OBJECTS {
+    while seen.len() < object_count {
         let (object, at) = next_seen(
             &mut ready,
             deadline,
-            || format!("all {OBJECTS} objects Ready ({} were)", seen.len()),
+            || format!("all {object_count} objects Ready ({} were)", seen.len()),
             |o| {
                 o.name_any().starts_with("widget-")
                     && ready_now(o)
@@ -311,7 +324,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
         seen.insert(object.name_any(), at);
         if seen.len().is_multiple_of(100) {
             eprintln!(
-                "{} of {OBJECTS} Ready after {:.1} s",
+                "{} of {object_count} Ready after {:.1} s",
                 seen.len(),
                 started.elapsed().as_secs_f64()
             );
@@ -321,8 +334,8 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     let usage = before.usage()?;
     let (creates_done, created) = creating.await.context("the creating task")??;
     phases.push((
-        "1,000 objects through the operator (per object)",
-        OBJECTS,
+        "objects through the operator (per object)",
+        object_count,
         usage,
     ));
     // The operator records the Event after the status write that made the
@@ -352,6 +365,7 @@ pub async fn measure(kubeconfig: &Path, processes: &[(&'static str, u32)]) -> Re
     requests.sort_by(|a, b| b.1.total_cmp(&a.1));
 
     Ok(Results {
+        counts,
         apply_to_ready,
         create_rtt,
         merge_status_rtt,

@@ -4,14 +4,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::measure::{Latencies, OtherLoad, cpus};
 use kplug_test_support::report::{Machine, ms, seconds, thousands};
 
+use crate::Counts;
 use crate::phases::Results;
-use crate::{
-    BASELINE_NAMESPACE, IN_FLIGHT, LATENCY_OBJECTS, NAMESPACE, OBJECTS, QUIET_SHARE, QUIET_WINDOW,
-    SETTLE, TARGET, WARMUP_OBJECTS,
-};
+use crate::{BASELINE_NAMESPACE, IN_FLIGHT, NAMESPACE, QUIET_SHARE, QUIET_WINDOW, SETTLE, TARGET};
 
 pub struct OperatorLog {
     /// Delegated reconciles it logged ("reconciled" with an operation id).
@@ -64,6 +63,7 @@ fn rate(count: usize, elapsed: Duration) -> f64 {
 }
 
 pub struct Report<'a> {
+    pub mode: BenchMode,
     pub results: &'a Results,
     pub log: &'a OperatorLog,
     pub processes: &'a [(&'static str, u32)],
@@ -83,16 +83,24 @@ pub struct Setting<'a> {
 
 pub fn print_report(report: &Report<'_>) -> Result<()> {
     let r = report.results;
+    let Counts {
+        warmup_objects,
+        latency_objects,
+        objects,
+    } = r.counts;
     println!("## {}\n", report.setting.title);
+    if let Some(warning) = report.mode.warning() {
+        println!("{warning}");
+    }
     print_machine(report)?;
 
     println!("### Apply → Ready, one object at a time\n");
     println!(
         "Create a Widget in `{NAMESPACE}`, then wait until the bench's watch on the namespace \
-         shows `Ready=True` for its generation; {LATENCY_OBJECTS} objects after {WARMUP_OBJECTS} \
+         shows `Ready=True` for its generation; {latency_objects} objects after {warmup_objects} \
          untimed. Below it, from the same run, one at a time on Widgets in `{BASELINE_NAMESPACE}` \
          (not watched by the operator), the calls the operator makes per object, without the \
-         operator ({LATENCY_OBJECTS} each): each write's round trip, and the time from its start \
+         operator ({latency_objects} each): each write's round trip, and the time from its start \
          until a watch on that namespace (the bench's, open only for this) sees the new \
          resourceVersion.\n"
     );
@@ -141,7 +149,7 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
 
     println!(
         "### {} objects, {IN_FLIGHT} in flight\n",
-        thousands(OBJECTS)
+        thousands(objects)
     );
     println!(
         "The raw rows are the same kube-apiserver without the operator, on {} Widgets in \
@@ -151,10 +159,10 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
          {IN_FLIGHT} in flight and is timed from the first create until the watch has seen all of \
          them `Ready=True` (operator `--concurrency {IN_FLIGHT}`). The ratio is each rate over the \
          raw merge-patch status writes per second.\n",
-        thousands(OBJECTS),
-        thousands(OBJECTS),
+        thousands(objects),
+        thousands(objects),
     );
-    let merge_rate = rate(OBJECTS, r.merge_status_writes);
+    let merge_rate = rate(objects, r.merge_status_writes);
     // Per object: its create, the finalizer patch, the status apply and the
     // Event (a create), and one reconcile call.
     let bound = r.creates * 2 + r.merge_status_writes + r.apply_status_writes + r.reconciles;
@@ -177,10 +185,10 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
             r.convergence.elapsed,
         ),
     ] {
-        let per_second = rate(OBJECTS, elapsed);
+        let per_second = rate(objects, elapsed);
         println!(
             "| {what} | {} | {} | {} | {:.2} |",
-            thousands(OBJECTS),
+            thousands(objects),
             seconds(elapsed),
             thousands(per_second.round() as usize),
             per_second / merge_rate,
@@ -196,7 +204,7 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
     let met = c.elapsed < TARGET;
     println!(
         "\nTarget: {} objects Ready in under {} s: **{}** ({}).\n",
-        thousands(OBJECTS),
+        thousands(objects),
         TARGET.as_secs(),
         if met { "met" } else { "missed" },
         seconds(c.elapsed),
@@ -224,7 +232,7 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
 
     println!(
         "### What the {} objects cost kube-apiserver\n",
-        thousands(OBJECTS)
+        thousands(objects)
     );
     println!(
         "Requests kube-apiserver counted (`apiserver_request_total`, all response codes) from the \
@@ -240,14 +248,14 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
         println!(
             "| `{request}` | {} | {:.2} |",
             thousands(count.round() as usize),
-            count / OBJECTS as f64
+            count / objects as f64
         );
     }
     println!(
         "\nThe operator logged {} delegated reconciles in the whole run ({} objects), {} warnings \
          and {} errors.\n",
         thousands(report.log.reconciled),
-        thousands(WARMUP_OBJECTS + LATENCY_OBJECTS + OBJECTS),
+        thousands(warmup_objects + latency_objects + objects),
         report.log.warnings.len(),
         report.log.errors.len(),
     );

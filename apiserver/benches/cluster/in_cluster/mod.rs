@@ -25,12 +25,12 @@ mod netns;
 mod report;
 mod routes;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::in_cluster::{self, Installation, MemoryRun, MemoryWatch, Node, Pod};
 use kplug_test_support::measure::{CpuSnapshot, Latencies, OtherLoad};
 use kplug_test_support::target_binary;
@@ -46,24 +46,51 @@ use crate::support::join_all;
 const COMMAND: &str = "hack/cluster.sh up && \
                        KPLUG_BENCH_IN_CLUSTER=1 cargo bench -p kplug-apiserver --bench cluster";
 
-/// Untimed and timed calls per route, one at a time.
-const LATENCY_WARMUP: usize = 200;
-const LATENCY_CALLS: usize = 2_000;
 /// Calls in flight in the throughput runs, spread over the route's
-/// connections; rounds (alternating the routes) and calls per route per round.
+/// connections.
 const IN_FLIGHT: usize = 32;
-const THROUGHPUT_ROUNDS: usize = 3;
-const THROUGHPUT_CALLS: usize = 6_000;
+
+/// How many calls a run makes.
+#[derive(Clone, Copy)]
+pub(super) struct Counts {
+    /// Untimed and timed calls per route, one at a time.
+    pub(super) latency_warmup: usize,
+    pub(super) latency_calls: usize,
+    /// Throughput rounds (alternating the routes) and calls per route per round.
+    pub(super) throughput_rounds: usize,
+    pub(super) throughput_calls: usize,
+}
+
+impl Counts {
+    fn of(mode: BenchMode) -> Self {
+        mode.pick(
+            Self {
+                latency_warmup: 200,
+                latency_calls: 2_000,
+                throughput_rounds: 3,
+                throughput_calls: 6_000,
+            },
+            // Every route of both phases, each pod of each route called.
+            Self {
+                latency_warmup: 4,
+                latency_calls: 20,
+                throughput_rounds: 1,
+                throughput_calls: 4 * IN_FLIGHT,
+            },
+        )
+    }
+}
 /// How long the pods idle before their memory at rest is read, and how
 /// often it is sampled under load.
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
-pub(super) fn main() -> Result<()> {
+pub(super) fn main(mode: BenchMode) -> Result<()> {
+    let counts = Counts::of(mode);
     // It makes the installation's certificates.
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
     let node = Node::connect()?;
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-in-cluster");
+    let work = in_cluster::installation_dir(env!("CARGO_TARGET_TMPDIR"));
     let installation = in_cluster::prepare(&node, &kplug_binary, &work)?;
     let client = in_cluster::client_pod(&node)?;
     let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -74,9 +101,10 @@ pub(super) fn main() -> Result<()> {
             .enable_all()
             .build()
             .context("starting the tokio runtime")?
-            .block_on(measure(&node, &installation))
+            .block_on(measure(&node, &installation, counts))
     })?;
     report::print(&report::Report {
+        mode,
         results: &results,
         client: &client,
         tree: &in_cluster::tree()?,
@@ -109,13 +137,14 @@ pub(super) struct ThroughputRun {
 }
 
 pub(super) struct Results {
+    pub(super) counts: Counts,
     pub(super) request_bytes: usize,
     pub(super) latency: Vec<LatencyRun>,
     pub(super) throughput: Vec<ThroughputRun>,
     pub(super) memory: MemoryRun,
 }
 
-async fn measure(node: &Node, installation: &Installation) -> Result<Results> {
+async fn measure(node: &Node, installation: &Installation, counts: Counts) -> Result<Results> {
     let object = object_of_size(OBJECT_BYTES)?;
     let payload = Arc::new(Payload::new(&object)?);
     let pods: Vec<(&'static str, Pod)> = [
@@ -135,13 +164,14 @@ async fn measure(node: &Node, installation: &Installation) -> Result<Results> {
 
     let mut callers = Callers::connect(node, installation).await?;
     routes::check(&mut callers, &payload, &object).await?;
-    let latency = latency_runs(&mut callers, &payload).await?;
-    let throughput = throughput_runs(node, installation, &callers, &payload).await?;
+    let latency = latency_runs(&mut callers, &payload, counts).await?;
+    let throughput = throughput_runs(node, installation, &callers, &payload, counts).await?;
 
     let peak = watch.finish()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = plain.iter().map(Pod::memory).collect::<Result<Vec<_>>>()?;
     Ok(Results {
+        counts,
         request_bytes: payload.body.len(),
         latency,
         throughput,
@@ -156,14 +186,23 @@ async fn measure(node: &Node, installation: &Installation) -> Result<Results> {
     })
 }
 
-/// `LATENCY_CALLS` calls per route one at a time, the routes taking turns
+/// The latency calls per route one at a time, the routes taking turns
 /// (which goes first rotates), each route's connections in turn.
-async fn latency_runs(callers: &mut Callers, payload: &Payload) -> Result<Vec<LatencyRun>> {
+async fn latency_runs(
+    callers: &mut Callers,
+    payload: &Payload,
+    counts: Counts,
+) -> Result<Vec<LatencyRun>> {
+    let Counts {
+        latency_warmup,
+        latency_calls,
+        ..
+    } = counts;
     eprintln!(
-        "{LATENCY_WARMUP} untimed calls per route, then {LATENCY_CALLS} timed, one at a time"
+        "{latency_warmup} untimed calls per route, then {latency_calls} timed, one at a time"
     );
     for route in Route::ALL {
-        for number in 0..LATENCY_WARMUP {
+        for number in 0..latency_warmup {
             let targets = callers.route_mut(route);
             let count = targets.len();
             targets[number % count]
@@ -174,7 +213,7 @@ async fn latency_runs(callers: &mut Callers, payload: &Payload) -> Result<Vec<La
     let mut samples: [Vec<Duration>; 3] = Default::default();
     let mut kplug_calls: [Vec<Duration>; 3] = Default::default();
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    for number in 0..LATENCY_CALLS {
+    for number in 0..latency_calls {
         ensure!(
             Instant::now() < deadline,
             "the latency runs took longer than {PHASE_TIMEOUT:?}"
@@ -201,14 +240,20 @@ async fn latency_runs(callers: &mut Callers, payload: &Payload) -> Result<Vec<La
         .collect())
 }
 
-/// `THROUGHPUT_ROUNDS` rounds of `THROUGHPUT_CALLS` calls per route with
-/// `IN_FLIGHT` in flight, the routes taking turns.
+/// The throughput rounds, each route's calls with `IN_FLIGHT` in flight,
+/// the routes taking turns.
 async fn throughput_runs(
     node: &Node,
     installation: &Installation,
     callers: &Callers,
     payload: &Arc<Payload>,
+    counts: Counts,
 ) -> Result<Vec<ThroughputRun>> {
+    let Counts {
+        throughput_rounds,
+        throughput_calls,
+        ..
+    } = counts;
     let kplug_count = installation.kplug.len();
     let pids: Vec<u32> = std::iter::once(node.daemon_pid("kube-apiserver")?)
         .chain(installation.kplug.iter().map(|pod| pod.pid))
@@ -232,19 +277,19 @@ async fn throughput_runs(
             others: OtherLoad::default(),
         })
         .collect();
-    for round in 0..THROUGHPUT_ROUNDS {
+    for round in 0..throughput_rounds {
         for step in 0..Route::ALL.len() {
             let index = (round + step) % Route::ALL.len();
             let run = &mut runs[index];
             eprintln!(
-                "round {}: {THROUGHPUT_CALLS} calls {} with {IN_FLIGHT} in flight",
+                "round {}: {throughput_calls} calls {} with {IN_FLIGHT} in flight",
                 round + 1,
                 run.route.label()
             );
             let throttled_before = throttled(&limited)?;
             let before = CpuSnapshot::now(&pids)?;
             let started = Instant::now();
-            let samples = load(callers.route(run.route), payload, THROUGHPUT_CALLS).await?;
+            let samples = load(callers.route(run.route), payload, throughput_calls).await?;
             run.elapsed += started.elapsed();
             let usage = before.usage()?;
             let throttled_after = throttled(&limited)?;

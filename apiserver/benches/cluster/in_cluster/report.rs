@@ -3,17 +3,17 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::in_cluster::{CLIENT_NAMESPACE, IMAGES, Pod};
 use kplug_test_support::measure::OtherLoad;
 use kplug_test_support::report::{Machine, micros, seconds, size, thousands};
 
 use super::routes::{RECONCILE_PATH, Route};
-use super::{
-    IN_FLIGHT, LATENCY_CALLS, LATENCY_WARMUP, Results, THROUGHPUT_CALLS, THROUGHPUT_ROUNDS,
-};
+use super::{IN_FLIGHT, Results};
 use crate::OBJECT_BYTES;
 
 pub(super) struct Report<'a> {
+    pub(super) mode: BenchMode,
     pub(super) results: &'a Results,
     /// The pod the calls came from.
     pub(super) client: &'a Pod,
@@ -26,6 +26,9 @@ pub(super) struct Report<'a> {
 pub(super) fn print(report: &Report<'_>) -> Result<()> {
     let r = report.results;
     println!("## In the cluster: reconcile through kube-apiserver, a kplug pod and a plugin pod\n");
+    if let Some(warning) = report.mode.warning() {
+        println!("{warning}");
+    }
     let pods: Vec<String> = r
         .memory
         .pods
@@ -91,8 +94,8 @@ fn print_latency(r: &Results, client: &Pod) {
          pod over mutual TLS with kplug's client certificate. Each from the pod `{}`, to both \
          pods of each kind in turn.\n",
         size(r.request_bytes),
-        thousands(LATENCY_CALLS),
-        thousands(LATENCY_WARMUP),
+        thousands(r.counts.latency_calls),
+        thousands(r.counts.latency_warmup),
         client.name,
     );
     let Some(direct) = r.latency.iter().find(|run| run.route == Route::Direct) else {
@@ -152,12 +155,13 @@ fn print_latency(r: &Results, client: &Pod) {
 fn print_throughput(r: &Results) {
     println!("### Throughput, {IN_FLIGHT} in flight\n");
     println!(
-        "{THROUGHPUT_ROUNDS} rounds of {} calls per route, the routes taking turns; the calls in \
+        "{} rounds of {} calls per route, the routes taking turns; the calls in \
          flight spread over two connections per route (two to kube-apiserver, one to each kplug \
          pod, one to each plugin pod). CPU per reconcile is the processes' user + system time from \
          `/proc` (kplug and the plugin: both pods together). Throttled is the time the pods' CPU \
          limits (500m each, as shipped) held them back (`throttled_time` in their `cpu.stat`).\n",
-        thousands(THROUGHPUT_CALLS),
+        r.counts.throughput_rounds,
+        thousands(r.counts.throughput_calls),
     );
     let per_second =
         |calls: usize, elapsed: Duration| calls as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
