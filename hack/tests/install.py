@@ -14,12 +14,14 @@ brought up: first the walkthrough's databases (``install_databases``, the
 block of examples/database-table/deploy/databases/README.md), then
 ``install`` with their passwords. The in-cluster benches run it with
 ``--example hello``: kplug, then the hello plugin by the block of
-examples/hello-rust/deploy/README.md (``install_hello``).
+examples/hello-rust/deploy/README.md (``install_hello``); only the plugin
+when kplug is installed from the same folder already.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ from pathlib import Path
 from kubecluster import REPO, Cluster, cluster_sh
 from readme import replace_in_line, replace_line, shell_blocks, up_to_line
 
+APISERVICE = "v1alpha1.plugins.kplug.io"
 KPLUG_NS = "kplug-system"
 PLUGINS_NS = "plugins"
 KPLUG_SELECTOR = "app.kubernetes.io/name=kplug"
@@ -140,11 +143,23 @@ def install_kplug(cluster: Cluster, work: Path, images: tuple[str, ...]) -> Inst
 
 
 def install_hello(cluster: Cluster, work: Path) -> Installed:
-    """kplug, then the hello plugin by examples/hello-rust/deploy/README.md's block (its image among kplug's)."""
-    installed = install_kplug(cluster, work, HELLO_IMAGES)
+    """kplug (unless installed from ``work`` already), then the hello plugin by examples/hello-rust/deploy/README.md's block."""
+    if kplug_installed_from(cluster, work):
+        # As a user adds a plugin to the kplug they run: its images, then its block.
+        run_script(cluster, work, f"{REPO}/hack/images.sh load {' '.join(HELLO_IMAGES)}", "the hello images' loading")
+        installed = Installed(cluster, work)
+    else:
+        installed = install_kplug(cluster, work, HELLO_IMAGES)
     hello_steps = shell_blocks(HELLO_README, "Install")[0]
     run_script(cluster, work, hello_steps, "the hello plugin's installation")
     return installed
+
+
+def kplug_installed_from(cluster: Cluster, work: Path) -> bool:
+    """Whether kplug's APIService trusts the serving CA README.md's steps made in ``work``."""
+    ca = work / "certs" / "out" / "ca.crt"
+    found = cluster.kubectl("get", "apiservice", APISERVICE, "--ignore-not-found", "-o", "jsonpath={.spec.caBundle}")
+    return bool(found) and ca.exists() and base64.b64decode(found) == ca.read_bytes()
 
 
 def install_databases(cluster: Cluster, work: Path, passwords: Mapping[str, str]) -> None:

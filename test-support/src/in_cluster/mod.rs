@@ -85,6 +85,21 @@ pub fn tree() -> Result<String> {
     )
 }
 
+/// Set, the folder kplug is installed from (a work folder of
+/// `hack/tests/install.py`, such as the cluster tests' installation): the
+/// benches measure that installation, adding what is missing, instead of
+/// making their own.
+pub const INSTALLATION_VARIABLE: &str = "KPLUG_BENCH_INSTALLATION";
+
+/// The folder of the installation the benches measure: [`INSTALLATION_VARIABLE`]'s,
+/// else `kplug-in-cluster` in `target_tmpdir` (the bench's `CARGO_TARGET_TMPDIR`).
+pub fn installation_dir(target_tmpdir: &str) -> PathBuf {
+    match std::env::var_os(INSTALLATION_VARIABLE) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(target_tmpdir).join("kplug-in-cluster"),
+    }
+}
+
 /// Whether [`VARIABLE`] asks for the in-cluster mode.
 pub fn requested() -> bool {
     std::env::var(VARIABLE).is_ok_and(|value| !value.is_empty() && value != "0")
@@ -253,7 +268,12 @@ impl Installation {
     /// A client certificate and key of the plugin CA, as kplug's own: the
     /// only kind of caller the plugins take.
     pub fn kplug_client(&self) -> (PathBuf, PathBuf) {
-        let dir = self.work.join("certs/plugins");
+        Self::client_files(&self.work)
+    }
+
+    /// Where `certs/plugin-certs.sh client` writes them in `work`.
+    fn client_files(work: &Path) -> (PathBuf, PathBuf) {
+        let dir = work.join("certs/plugins");
         (dir.join("kplug-client.crt"), dir.join("kplug-client.key"))
     }
 }
@@ -356,50 +376,82 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
     Ok(installation)
 }
 
-/// Installs kplug and the hello plugin from `work`, unless kplug is
-/// installed from it already (its APIService trusts `work`'s CA).
+/// Installs kplug and the hello plugin from `work`: only the plugin when
+/// kplug is installed from `work` already (its APIService trusts `work`'s
+/// CA), nothing when both are; refuses a kplug installed from elsewhere.
 fn install(node: &Node, kplug_binary: &Path, work: &Path) -> Result<()> {
-    let ca = work.join("certs/out/ca.crt");
-    if let Ok(apiservice) = node.kubectl_json(&["get", "apiservice", APISERVICE]) {
-        let bundle = apiservice["spec"]["caBundle"].as_str().unwrap_or_default();
-        let ours = std::fs::read(&ca).map(|pem| STANDARD.encode(pem));
-        ensure!(
-            ours.is_ok_and(|ours| ours == bundle),
-            "kplug is installed on this cluster, but not from {} (another install, or an earlier \
-             cluster's files): measure on a fresh cluster (hack/cluster.sh down; hack/cluster.sh up)",
-            work.display()
-        );
+    let kplug_installed = match node.kubectl_json(&["get", "apiservice", APISERVICE]) {
+        Ok(apiservice) => {
+            let bundle = apiservice["spec"]["caBundle"].as_str().unwrap_or_default();
+            let ours = std::fs::read(work.join("certs/out/ca.crt")).map(|pem| STANDARD.encode(pem));
+            ensure!(
+                ours.is_ok_and(|ours| ours == bundle),
+                "kplug is installed on this cluster, but not from {} (another install, or an \
+                 earlier cluster's files): measure on a fresh cluster (hack/cluster.sh down; \
+                 hack/cluster.sh up), or name its folder in {INSTALLATION_VARIABLE}",
+                work.display()
+            );
+            true
+        }
+        Err(error) if format!("{error:#}").contains("NotFound") => false,
+        Err(error) => return Err(error),
+    };
+    let plugin_installed = node
+        .kubectl(&[
+            "-n",
+            PLUGINS_NS,
+            "get",
+            "deployment",
+            "hello-plugin",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])?
+        .contains("hello-plugin");
+    if kplug_installed && plugin_installed {
         eprintln!(
             "kplug and the hello plugin are installed already (from {})",
             work.display()
         );
-        return Ok(());
+    } else {
+        if !kplug_installed {
+            if work.exists() {
+                std::fs::remove_dir_all(work)
+                    .with_context(|| format!("removing {}", work.display()))?;
+            }
+            std::fs::create_dir_all(work)
+                .with_context(|| format!("creating {}", work.display()))?;
+        }
+        eprintln!(
+            "installing {} by the READMEs (hack/tests/install.py --example hello {})",
+            if kplug_installed {
+                "the hello plugin"
+            } else {
+                "kplug and the hello plugin"
+            },
+            work.display()
+        );
+        let status = Command::new("python3")
+            .arg(repo_root().join("hack/tests/install.py"))
+            .arg(work)
+            .args(["--example", "hello"])
+            .env("KPLUG_APISERVER", kplug_binary)
+            .stdin(Stdio::null())
+            .stdout(std::io::stderr())
+            .status()
+            .context("running hack/tests/install.py")?;
+        ensure!(
+            status.success(),
+            "hack/tests/install.py failed; the commands' output is in {}",
+            work.join(".install-logs").display()
+        );
     }
-    if work.exists() {
-        std::fs::remove_dir_all(work).with_context(|| format!("removing {}", work.display()))?;
-    }
-    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    eprintln!(
-        "installing kplug and the hello plugin by their READMEs (hack/tests/install.py --example \
-         hello {})",
-        work.display()
-    );
-    let status = Command::new("python3")
-        .arg(repo_root().join("hack/tests/install.py"))
-        .arg(work)
-        .args(["--example", "hello"])
-        .env("KPLUG_APISERVER", kplug_binary)
-        .stdin(Stdio::null())
-        .stdout(std::io::stderr())
-        .status()
-        .context("running hack/tests/install.py")?;
-    ensure!(
-        status.success(),
-        "hack/tests/install.py failed; the commands' output is in {}",
-        work.join(".install-logs").display()
-    );
     // The direct baseline calls the plugin as kplug would: with a client
     // certificate of the plugin CA (kplug issues its own in memory).
+    let (client_cert, _) = Installation::client_files(work);
+    if client_cert.exists() {
+        return Ok(());
+    }
     let status = Command::new(repo_root().join("certs/plugin-certs.sh"))
         .arg("--out-dir")
         .arg(work.join("certs/plugins"))
