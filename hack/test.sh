@@ -17,7 +17,10 @@ cargo fmt --all -- --check
 # coverage; their seeds and past failures are replayed as a test
 # (apiserver/tests/fuzz_seeds.rs) and by the smoke run that follows the
 # tests. The fuzzing itself, instrumented, is hack/fuzz.sh.
-features=(--features kplug-apiserver/fuzzing)
+# The cluster's tests run the in-cluster benches' check runs with the same
+# features (hack/tests/test_benches.py), so cargo reuses this build.
+export KPLUG_CARGO_FEATURES=kplug-apiserver/fuzzing
+features=(--features "$KPLUG_CARGO_FEATURES")
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
 # Integration tests start the workspace's binaries (the plugins), so build

@@ -3,7 +3,9 @@
 One cluster per machine: the session brings it up once, for every test that
 asks for ``cluster``, and takes it down at the end. Tests marked
 ``without_cluster`` need the machine free of it (they try ``up`` failing);
-they run first, before the cluster comes up.
+they run first, before the cluster comes up. Tests marked
+``adds_to_the_installation`` run last, so that every other test sees the
+installation as README's steps leave it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ from kubecluster import Cluster, cluster_sh, leftovers
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "without_cluster: needs no cluster on the machine; runs before the cluster is up")
+    config.addinivalue_line(
+        "markers",
+        "adds_to_the_installation: adds plugins or operators to the session's installation; runs after every other test",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("without_cluster") is None)
+    def phase(item: pytest.Item) -> int:
+        if item.get_closest_marker("without_cluster"):
+            return 0
+        return 2 if item.get_closest_marker("adds_to_the_installation") else 1
+
+    items.sort(key=phase)
 
 
 @pytest.fixture(scope="session")
