@@ -56,6 +56,8 @@ DIR="${KPLUG_CLUSTER_DIR:-/var/lib/kplug-cluster}"
 export AWS_EC2_METADATA_DISABLED=true
 PKI="$DIR/pki"
 LOGS="$DIR/logs"
+# One cluster per machine (fixed ports, one bridge), whatever DIR is.
+UP_LOCK=/run/lock/kplug-cluster-up.lock
 NODE_NAME=kplug-node
 BRIDGE=kplug0
 POD_CIDR=10.244.0.0/24
@@ -148,6 +150,12 @@ wait_for() {
 # --- preflight: fail at once, saying which and what to do ---------------------
 preflight() {
   [ "$(id -u)" = 0 ] || die "must run as root (it creates a bridge, iptables rules, mounts and cgroups): run it with sudo"
+  # Two ups started together would both pass the checks below before
+  # either has started anything: the first holds this lock until it exits
+  # (its daemons do not inherit it, see launch), the second is refused.
+  mkdir -p "${UP_LOCK%/*}"
+  exec {UP_LOCK_FD}>"$UP_LOCK"
+  flock -n "$UP_LOCK_FD" || die "another hack/cluster.sh up is starting a cluster (it holds $UP_LOCK): wait for it, then use that cluster (hack/cluster.sh env)"
   local name
   for name in "${DAEMONS[@]}"; do
     if daemon_runs "$name"; then

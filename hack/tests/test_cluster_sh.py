@@ -3,6 +3,7 @@ and what to do, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import subprocess
 import time
@@ -35,6 +36,16 @@ def refused_up(env: dict[str, str] | None = None, command: list[str] | None = No
 def test_not_root_is_refused() -> None:
     message = refused_up(command=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(CLUSTER_SH), "up"])
     assert "must run as root" in message
+
+
+def test_a_second_up_while_one_starts_is_refused() -> None:
+    # The lock an up holds while it starts, held here as that up would: two
+    # ups started together cannot be made to race on demand.
+    with open("/run/lock/kplug-cluster-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        message = refused_up()
+    assert "another hack/cluster.sh up is starting a cluster" in message
+    assert "wait for it" in message
 
 
 @pytest.fixture
