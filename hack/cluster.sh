@@ -85,21 +85,13 @@ pid_file() { echo "$DIR/pids/$1"; }
 recorded_pid() { cat "$(pid_file "$1")" 2>/dev/null || true; }
 daemon_runs() { pid_is "$(recorded_pid "$1")" "$1"; }
 
-# launch NAME new|append BINARY ARGS...: BINARY in its own session, its
+# launch NAME new|append BINARY ARGS...: BINARY detached (common.sh), its
 # output in $LOGS/NAME.log (a new log, or appended to), its PID in
-# $DIR/pids/NAME; fails when it did not exec. It inherits no descriptor but
-# 0-2: a lock its caller holds (flock on a descriptor) must not stay held by
-# a daemon that outlives the caller.
+# $DIR/pids/NAME; fails when it did not exec.
 launch() {
   local name="$1" mode="$2" bin="$3" log_file="$LOGS/$1.log"; shift 3
   [ "$mode" = append ] || : >"$log_file"
-  (
-    for fd in /proc/"$BASHPID"/fd/*; do
-      fd="${fd##*/}"
-      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
-    done
-    exec setsid "$bin" "$@"
-  ) </dev/null >>"$log_file" 2>&1 &
+  (detach "$bin" "$@") </dev/null >>"$log_file" 2>&1 &
   local pid=$!
   echo "$pid" >"$(pid_file "$name")"
   wait_exec "$pid" "$(basename "$bin")"
@@ -152,7 +144,8 @@ preflight() {
   [ "$(id -u)" = 0 ] || die "must run as root (it creates a bridge, iptables rules, mounts and cgroups): run it with sudo"
   # Two ups started together would both pass the checks below before
   # either has started anything: the first holds this lock until it exits
-  # (its daemons do not inherit it, see launch), the second is refused.
+  # (its daemons do not inherit it: detach in common.sh), the second is
+  # refused.
   mkdir -p "${UP_LOCK%/*}"
   exec {UP_LOCK_FD}>"$UP_LOCK"
   flock -n "$UP_LOCK_FD" || die "another hack/cluster.sh up is starting a cluster (it holds $UP_LOCK): wait for it, then use that cluster (hack/cluster.sh env)"

@@ -123,7 +123,7 @@ cmd_start() {
   mapfile -t -O "${#args[@]}" args < <(kube_apiserver_pki_args)
   printf '%s\n' "$bin" "${args[@]}" >"$DIR/kube-apiserver.args"
   log "starting kube-apiserver on $api_url"
-  setsid "$bin" "${args[@]}" </dev/null >"$DIR/kube-apiserver.log" 2>&1 &
+  (detach "$bin" "${args[@]}") </dev/null >"$DIR/kube-apiserver.log" 2>&1 &
   APISERVER_PID=$!
   wait_exec "$APISERVER_PID" kube-apiserver || fail_start "kube-apiserver did not start"
 

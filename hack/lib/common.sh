@@ -15,6 +15,21 @@ pid_is() {
   [ "$(basename "$exe")" = "$name" ]
 }
 
+# detach CMD ARGS...: execs CMD in a session of its own (setsid: the caller's
+# Ctrl-C and process-group signals do not reach it) with no descriptor open
+# but 0-2: a lock its caller holds (flock on a descriptor) must not stay
+# held by a daemon that outlives the caller. Run it in the background,
+# `( detach CMD ... ) <in >out 2>&1 &`, and `$!` is CMD's PID once it has
+# exec'd (wait_exec).
+detach() {
+  local fd
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd="${fd##*/}"
+    if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+  done
+  exec setsid "$@"
+}
+
 # wait_exec PID NAME: right after `cmd &`, PID is still the forked shell (or
 # setsid) for a moment; wait until it has exec'd NAME.
 wait_exec() {
@@ -167,9 +182,8 @@ start_etcd() {
   mkdir -p "$data"
   chmod 700 "$data"
   log "starting etcd on $client_url"
-  # setsid: own session, so the caller's Ctrl-C / process-group signals do not
-  # reach it; all stdio redirected so callers reading our stdout see EOF.
-  setsid etcd \
+  # All stdio redirected, so callers reading our stdout see EOF.
+  (detach etcd \
     --name kplug-e2e \
     --data-dir "$data" \
     --listen-client-urls "$client_url" \
@@ -178,7 +192,7 @@ start_etcd() {
     --initial-advertise-peer-urls "$peer_url" \
     --initial-cluster "kplug-e2e=$peer_url" \
     --initial-cluster-state new \
-    --logger zap --log-level warn \
+    --logger zap --log-level warn) \
     </dev/null >"$logfile" 2>&1 &
   ETCD_PID=$!
   wait_exec "$ETCD_PID" etcd || fail_start "etcd did not start"
