@@ -94,10 +94,13 @@ pub const INSTALLATION_VARIABLE: &str = "KPLUG_BENCH_INSTALLATION";
 /// The folder of the installation the benches measure: [`INSTALLATION_VARIABLE`]'s,
 /// else `kplug-in-cluster` in `target_tmpdir` (the bench's `CARGO_TARGET_TMPDIR`).
 pub fn installation_dir(target_tmpdir: &str) -> PathBuf {
-    match std::env::var_os(INSTALLATION_VARIABLE) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(target_tmpdir).join("kplug-in-cluster"),
-    }
+    named_installation_dir().unwrap_or_else(|| Path::new(target_tmpdir).join("kplug-in-cluster"))
+}
+
+fn named_installation_dir() -> Option<PathBuf> {
+    std::env::var_os(INSTALLATION_VARIABLE)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
 }
 
 /// Whether [`VARIABLE`] asks for the in-cluster mode.
@@ -415,6 +418,14 @@ fn install(node: &Node, kplug_binary: &Path, work: &Path) -> Result<()> {
         );
     } else {
         if !kplug_installed {
+            // A folder someone named is theirs: never emptied here.
+            ensure!(
+                named_installation_dir().is_none(),
+                "{INSTALLATION_VARIABLE} names {}, but kplug is not installed on this cluster: \
+                 install it from there first, or unset {INSTALLATION_VARIABLE} to have the \
+                 benches install their own",
+                work.display()
+            );
             if work.exists() {
                 std::fs::remove_dir_all(work)
                     .with_context(|| format!("removing {}", work.display()))?;
