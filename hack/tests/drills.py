@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from install import KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
+from install import APISERVICE, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
 from kubecluster import REPO, Cluster, wait_for
 from load import NAMESPACE, Load, OperatorMetrics, audit_figures, metrics_delta
 from test_install import plugins_at
@@ -77,7 +77,7 @@ def whole(installed: Installed, timeout: float = 180) -> dict[str, Any]:
         for database in ("postgres", "mariadb"):
             if not settled_pods(cluster, "db", f"app.kubernetes.io/name={database}", 1):
                 return None
-        apiservice = cluster.kubectl_json("get", "apiservice", "v1alpha1.plugins.kplug.io")
+        apiservice = cluster.kubectl_json("get", "apiservice", APISERVICE)
         if not any(c["type"] == "Available" and c["status"] == "True" for c in apiservice["status"].get("conditions", [])):
             return None
         return {"kplug": kplug, "operator": operator, "plugins": plugins, "leader": holder}

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 
-from install import KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
+from install import APISERVICE, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
 from kubecluster import wait_for
 
 
 def test_the_api_is_available_through_the_service(installed: Installed) -> None:
     cluster = installed.cluster
-    apiservice = cluster.kubectl_json("get", "apiservice", "v1alpha1.plugins.kplug.io")
+    apiservice = cluster.kubectl_json("get", "apiservice", APISERVICE)
     assert apiservice["spec"]["service"] == {"name": "kplug", "namespace": KPLUG_NS, "port": 443}
     available = [c for c in apiservice["status"]["conditions"] if c["type"] == "Available"]
     assert available and available[0]["status"] == "True", apiservice["status"]
