@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kplug_apiserver::api::openapi::gnostic::openapi_v2::Document;
-use kplug_test_support::{StandaloneKplug, kubectls, output_text};
+use kplug_test_support::{StandaloneKplug, kubectl_of, output_text};
 use prost::Message as _;
 
 const KUBECTL_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
@@ -224,11 +224,7 @@ fn documents_are_byte_for_byte_the_golden_ones() {
 /// what it printed from the hand-encoded document.
 #[test]
 fn kubectl_1_27_explains_from_the_protobuf_document() {
-    let Some(kubectl) = kubectls()
-        .into_iter()
-        .find(|path| path.ends_with("kubectl.1.27"))
-    else {
-        eprintln!("kubectl 1.27 is not installed: nothing to check");
+    let Some(kubectl) = kubectl_of("1.27") else {
         return;
     };
     let kplug = StandaloneKplug::start();

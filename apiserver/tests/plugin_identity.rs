@@ -14,7 +14,7 @@ use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, PluginCerts, Process, call_plugin_directly, heartbeat_request,
     hello_plugin_command, kplug_with_plugin_tls, plugin_address, plugin_identity, reconcile,
-    replace_file, wait_plugin_ready, wait_until,
+    refused_in_tls_handshake, replace_file, tls_verdict, wait_plugin_ready, wait_until,
 };
 use rcgen::{CertificateParams, KeyPair};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
@@ -81,6 +81,15 @@ fn reconcile_until(
     (answered, failures)
 }
 
+/// Sets its flag when dropped, as a panic unwinds too.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// How many times the plugin logged taking a certificate or bundle so far.
 fn taken(lines: &[String]) -> usize {
     lines
@@ -143,6 +152,9 @@ fn kplug_signs_renews_refuses_and_rotates_plugin_identities() {
     let started = Instant::now();
     let flow = std::thread::scope(|scope| {
         let flow = scope.spawn(|| reconcile_until(&cluster, &request, &stop));
+        // A failing step stops the flow as it unwinds: the scope joins the
+        // flow's thread before the failure propagates, and would wait forever.
+        let _stop_on_failure = StopOnDrop(&stop);
 
         // Straight to the plugin: its certificate is of CA one for its
         // identity; only a client certificate (clientAuth) of a trusted CA
@@ -169,8 +181,11 @@ fn kplug_signs_renews_refuses_and_rotates_plugin_identities() {
                 "a serving certificate (serverAuth only)",
             ),
         ] {
-            let result = call_plugin_directly(&address, IDENTITY, &one.ca(), identity);
-            assert!(result.is_err(), "the plugin answered a caller with {what}");
+            let verdict = tls_verdict(&address, IDENTITY, &one.ca(), identity);
+            assert!(
+                refused_in_tls_handshake(&verdict),
+                "a caller with {what}: not refused in the handshake: {verdict:?}"
+            );
         }
 
         // Requests kplug must not sign, each refused with its reason, and
@@ -250,19 +265,22 @@ fn kplug_signs_renews_refuses_and_rotates_plugin_identities() {
                 Some((&client_two, &client_two_key)),
             )
         });
-        // 3: CA one leaves the bundle; its certificates are no longer accepted.
+        // 3: CA one leaves the bundle; its certificates are no longer
+        // accepted. Refused in the handshake, while CA two's are accepted
+        // at the same moment: the plugin is up, and it is the bundle.
         replace_file(&two.ca(), &bundle);
         wait_until(
-            "the plugin refuses CA one's client certificates",
+            "the plugin refuses CA one's client certificates and accepts CA two's",
             STEP,
-            || match call_plugin_directly(
-                &address,
-                IDENTITY,
-                &two.ca(),
-                Some((&client_one, &client_one_key)),
-            ) {
-                Ok(()) => Err("still accepted"),
-                Err(_) => Ok(()),
+            || {
+                let verdict = |(cert, key): (&Path, &Path)| {
+                    tls_verdict(&address, IDENTITY, &two.ca(), Some((cert, key)))
+                };
+                let one = verdict((&client_one, &client_one_key));
+                let two = verdict((&client_two, &client_two_key));
+                (refused_in_tls_handshake(&one) && two.is_ok())
+                    .then_some(())
+                    .ok_or_else(|| format!("CA one's client: {one:?}, CA two's client: {two:?}"))
             },
         );
 

@@ -439,6 +439,7 @@ def audit_figures(events: list[dict], tag: str, leaders: dict[str, str] | None =
     per_object: dict[str, Counter[str]] = defaultdict(Counter)
     others: Counter[str] = Counter()
     writers: dict[str, Counter[str]] = defaultdict(Counter)
+    refused: Counter[str] = Counter()
     first_write: dict[str, float] = {}
     last_write: dict[str, float] = {}
     for event in events:
@@ -458,6 +459,9 @@ def audit_figures(events: list[dict], tag: str, leaders: dict[str, str] | None =
             continue
         if user != OPERATOR_USER or ref.get("namespace") != NAMESPACE:
             continue
+        if event.get("verb") not in READS and not code.startswith("2"):
+            # Every replica's, whether or not it can still be scraped (a deleted leader's last writes).
+            refused[f"{event.get('verb')} {ref.get('resource')}{'/' + ref['subresource'] if ref.get('subresource') else ''} {code}"] += 1
         name = ref.get("name", "")
         if ref.get("resource") == "events":
             name = name.split(".")[0]
@@ -480,10 +484,15 @@ def audit_figures(events: list[dict], tag: str, leaders: dict[str, str] | None =
         "direct_reconciles_by_code": dict(direct),
         "operator_writes_per_object": {k: _spread([counts[k] for counts in per_object.values()]) for k in kinds},
         "operator_writes_to_other_objects": dict(others),
+        "operator_writes_refused": dict(refused),
         "writers": {who: dict(counts) for who, counts in writers.items()},
         "write_window": {who: [first_write[who], last_write[who]] for who in first_write},
         "_per_object": {name: dict(counts) for name, counts in per_object.items()},
     }
+
+
+#: Audit verbs that write nothing.
+READS = ("get", "list", "watch")
 
 
 def _spread(values: list[int]) -> dict[str, float]:
@@ -504,25 +513,40 @@ class OperatorMetrics:
         self.session.trust_env = False
         # The metrics' certificate is self-signed (operator.yaml gives no --metrics-cert-dir).
         self.session.verify = False
+        #: Each replica's counters at its latest scrape, kept after it is gone (see :func:`metrics_delta`).
+        self.last: dict[str, dict[str, float]] = {}
 
     def scrape(self) -> dict[str, dict[str, float]]:
-        """By operator pod: the counters the drills compare (reconciles by result, delegations by reason)."""
+        """By operator pod: the counters the drills compare (reconciles by result, delegations by reason).
+
+        Every running replica must answer (a failed scrape fails the caller, never drops the replica's
+        errors); a pod being deleted is left out, and counted with what it said last."""
         pods = self.cluster.kubectl_json("-n", "plugins", "get", "pods", "-l", "app.kubernetes.io/name=database-table-operator")["items"]
         found = {}
         for pod in pods:
             ip = pod["status"].get("podIP")
-            if not ip or pod["metadata"].get("deletionTimestamp"):
+            if pod["metadata"].get("deletionTimestamp"):
                 continue
+            name = pod["metadata"]["name"]
+            assert ip, f"operator pod {name} has no IP to scrape: {pod['status']}"
+            found[name] = parse_counters(self._get(name, f"https://{ip}:8443/metrics"))
+        self.last.update(found)
+        return found
+
+    def _get(self, pod: str, url: str) -> str:
+        error: Exception | None = None
+        # A replica that is starting (probes pass before every listener is up) gets a few tries.
+        for _ in range(5):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                    response = self.session.get(f"https://{ip}:8443/metrics", headers={"Authorization": f"Bearer {self.token}"}, timeout=5)
+                    response = self.session.get(url, headers={"Authorization": f"Bearer {self.token}"}, timeout=5)
                 response.raise_for_status()
-                text = response.text
-            except requests.RequestException:
-                continue
-            found[pod["metadata"]["name"]] = parse_counters(text)
-        return found
+                return response.text
+            except requests.RequestException as failed:
+                error = failed
+                time.sleep(1)
+        raise AssertionError(f"operator pod {pod}: its metrics at {url} could not be read: {error!r}")
 
 
 def parse_counters(text: str) -> dict[str, float]:
@@ -536,19 +560,23 @@ def parse_counters(text: str) -> dict[str, float]:
     return counters
 
 
-def metrics_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """What the counters grew by, summed over the pods seen both times (and all of a pod that is new)."""
+def metrics_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], last: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """What the counters grew by, summed over the pods seen both times (and all of a pod that is new).
+
+    A pod gone since ``before`` counts with ``last``, what it said at its latest scrape: a drill that deletes a
+    pod scrapes it first. One never scraped after ``before`` is listed in ``pods_gone_uncounted``."""
     total: Counter[str] = Counter()
-    for pod, counters in after.items():
+    gone = sorted(set(before) - set(after))
+    uncounted = [pod for pod in gone if last.get(pod, before[pod]) is before[pod]]
+    for pod, counters in [*after.items(), *((pod, last[pod]) for pod in gone if pod in last)]:
         base = before.get(pod, {})
         for key, value in counters.items():
             grown = value - base.get(key, 0.0)
             if grown:
                 total[_short(key)] += grown
-    gone = sorted(set(before) - set(after))
     figures: dict[str, Any] = {key: int(value) for key, value in sorted(total.items())}
-    if gone:
-        figures["pods_gone_uncounted"] = gone
+    if uncounted:
+        figures["pods_gone_uncounted"] = uncounted
     return figures
 
 

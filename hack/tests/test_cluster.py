@@ -355,6 +355,7 @@ def test_nothing_the_cluster_runs_sends_a_packet_off_the_machine(cluster: Cluste
     local = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "::1/128", cluster.env["KPLUG_CLUSTER_POD_CIDR"], cluster.env["KPLUG_CLUSTER_SERVICE_CIDR"])]
     sockets = subprocess.run(["ss", "-Htunap"], capture_output=True, text=True, check=True).stdout
     pids = daemon_pids(cluster)
+    connected: set[str] = set()
     for line in sockets.splitlines():
         users = re.findall(r"pid=(\d+)", line)
         owners = [pids[int(p)] for p in users if int(p) in pids]
@@ -366,3 +367,9 @@ def test_nothing_the_cluster_runs_sends_a_packet_off_the_machine(cluster: Cluste
             continue
         address = ipaddress.ip_address(host.removeprefix("::ffff:"))
         assert any(address in network for network in local), f"{owners} talks to {peer}: {line}"
+        connected.update(owners)
+    # The check above saw the daemons' connections: each of these holds one
+    # at every moment (to etcd, to kube-apiserver), so a socket listing that
+    # maps to no daemon (another ss format, pids not found) fails here.
+    must_connect = {"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+    assert must_connect <= connected, f"no connection seen for {sorted(must_connect - connected)} in:\n{sockets}"

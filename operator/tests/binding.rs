@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use kplug_test_support::wait_until;
+use kplug_test_support::{wait_plugin_ready, wait_until};
 use support::widgets::Widgets;
 
 #[test]
@@ -34,9 +34,9 @@ fn follow_selection_moves_an_object_to_its_preferred_implementation() {
     world.apply("moving", "size: 1, preferredImplementation: Beta");
     served_by("Alpha", "Fallback", 1);
     let _second = world.plugin("widgets-b", "Beta");
-    wait_until("widgets-b listed", Duration::from_secs(30), || {
-        world.cluster.kubectl_check(&["get", "plugin", "widgets-b"])
-    });
+    // Ready, not only listed: a listed Beta that is not Ready yet leaves
+    // Alpha the only choice (Fallback), and generation 2 would prove nothing.
+    wait_plugin_ready(&world.cluster, "widgets-b");
     world.apply("moving", "size: 2, preferredImplementation: Beta");
     served_by("Beta", "PreferredImplementation", 2);
 }
@@ -64,9 +64,9 @@ fn a_sticky_object_rebinds_only_when_its_binding_is_cleared() {
     world.apply("pinned", "size: 1, preferredImplementation: Beta");
     served("Alpha", 1);
     let _second = world.plugin("widgets-b", "Beta");
-    wait_until("widgets-b listed", Duration::from_secs(30), || {
-        world.cluster.kubectl_check(&["get", "plugin", "widgets-b"])
-    });
+    // Ready, not only listed: a listed Beta that is not Ready yet leaves
+    // Alpha the only choice (Fallback), and generation 2 would prove nothing.
+    wait_plugin_ready(&world.cluster, "widgets-b");
     world.apply("pinned", "size: 2, preferredImplementation: Beta");
     served("Alpha", 2);
     // The README's way to rebind: clear the binding, then nudge the object.

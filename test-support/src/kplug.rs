@@ -85,6 +85,20 @@ impl Installation {
     }
 }
 
+/// Flags for [`AggregatedKplug::start`] with which a test need not wait:
+/// token reviews and access decisions cached one second (a new RBAC
+/// binding applies at once), heartbeats allowed every second.
+pub const FAST_REVIEWS: &[&str] = &[
+    "--authentication-cache-ttl",
+    "1s",
+    "--authorization-allowed-cache-ttl",
+    "1s",
+    "--authorization-denied-cache-ttl",
+    "1s",
+    "--min-heartbeat-interval",
+    "1s",
+];
+
 /// A running `kplug-apiserver serve` on 127.0.0.1, killed on drop.
 pub struct AggregatedKplug {
     process: Process,

@@ -4,23 +4,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::process::{Lines, Process, output_text};
+use crate::required;
 
 /// The kubectl the acceptance criteria name.
 pub const KUBECTL: &str = "/usr/bin/kubectl";
-/// Older and newer kubectls, driven too when installed, since users run them.
+/// Older and newer kubectls, driven too since users run them.
 const OTHER_KUBECTLS: &[&str] = &[
     "/usr/lib/google-cloud-sdk/bin/kubectl.1.27",
     "/usr/lib/google-cloud-sdk/bin/kubectl.1.33",
 ];
+/// Where the kubectls come from.
+const INSTALL_KUBECTLS: &str = "the machine's `kubectl` package (the Google Cloud SDK's, \
+    which ships kubectl.1.27 to kubectl.1.33 beside kubectl) installs them";
 
-/// Every kubectl on this machine that the tests should drive, [`KUBECTL`]
-/// first.
+/// The kubectls the tests drive, [`KUBECTL`] first: all of them under CI;
+/// elsewhere those installed (see [`required::tool`]).
 pub fn kubectls() -> Vec<PathBuf> {
     std::iter::once(KUBECTL)
         .chain(OTHER_KUBECTLS.iter().copied())
-        .map(PathBuf::from)
-        .filter(|p| p.exists())
+        .filter_map(|path| required::tool(path, INSTALL_KUBECTLS))
         .collect()
+}
+
+/// The kubectl of minor version `minor` (one of [`OTHER_KUBECTLS`]), as
+/// [`required::tool`] finds it.
+pub fn kubectl_of(minor: &str) -> Option<PathBuf> {
+    let path = OTHER_KUBECTLS
+        .iter()
+        .find(|path| path.ends_with(&format!("kubectl.{minor}")))
+        .unwrap_or_else(|| panic!("no kubectl {minor} among {OTHER_KUBECTLS:?}"));
+    required::tool(path, INSTALL_KUBECTLS)
 }
 
 fn command(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Command {

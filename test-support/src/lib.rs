@@ -32,6 +32,7 @@ pub mod postgres;
 mod process;
 mod registry;
 pub mod report;
+pub mod required;
 mod service;
 mod standalone;
 mod widgets;
@@ -39,12 +40,13 @@ mod workspace;
 
 pub use control_plane::ControlPlane;
 pub use credentials::{client_cert, expired_token};
-pub use kplug::{AggregatedKplug, Installation};
+pub use kplug::{AggregatedKplug, FAST_REVIEWS, Installation};
 pub use kube_client::{kube_client, kube_client_without_retries, plugins_resource};
-pub use kubectl::{KUBECTL, kubectls};
+pub use kubectl::{KUBECTL, kubectl_of, kubectls};
 pub use plugin_certs::{
     GREETING, PluginCerts, PluginTlsFlags, call_plugin_directly, hello_plugin_tls,
-    kplug_with_plugin_tls, plugin_address, reconcile, replace_file,
+    kplug_with_plugin_tls, plugin_address, reconcile, refused_in_tls_handshake, replace_file,
+    tls_verdict,
 };
 pub use plugins::{
     hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,

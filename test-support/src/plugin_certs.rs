@@ -220,6 +220,88 @@ pub fn call_plugin_directly(
     })
 }
 
+/// The verdict of the plugin at `address` on a TLS handshake with the
+/// client certificate `identity` (cert, key) if any, verifying the plugin
+/// against `ca` for `server_name`: `Ok` when it takes the caller, else the
+/// TLS alert it refused with (`received fatal alert: CertificateRequired`),
+/// or whatever else ended the attempt. In TLS 1.3 the plugin checks the
+/// caller's certificate after the handshake ends on the caller's side, so
+/// its verdict is the first thing to read: its HTTP/2 preface (a gRPC
+/// server sends it at once), or the alert.
+pub fn tls_verdict(
+    address: &str,
+    server_name: &str,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+
+    let pem = |path: &Path| {
+        std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    };
+    let certs = |path: &Path| {
+        rustls_pemfile::certs(&mut pem(path).as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_else(|e| panic!("certificates in {}: {e}", path.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs(ca) {
+        roots
+            .add(cert)
+            .unwrap_or_else(|e| panic!("{}: {e}", ca.display()));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let key = rustls_pemfile::private_key(&mut pem(key).as_slice())
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("a private key in {}", key.display()));
+            builder
+                .with_client_auth_cert(certs(cert), key)
+                .unwrap_or_else(|e| panic!("{}: {e}", cert.display()))
+        }
+    };
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .unwrap_or_else(|e| panic!("{server_name}: {e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let verdict = async {
+            let tcp = tokio::net::TcpStream::connect(address)
+                .await
+                .map_err(|e| format!("connect {address}: {e}"))?;
+            let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+            match tls.read(&mut [0; 1]).await {
+                Ok(0) => Err("closed without a word".to_owned()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), verdict)
+            .await
+            .map_err(|_| "no verdict within 10s".to_owned())?
+    })
+}
+
+/// Whether [`tls_verdict`] is a refusal in TLS (an alert), rather than any
+/// other failure (nothing listening, a timeout).
+pub fn refused_in_tls_handshake(verdict: &Result<(), String>) -> bool {
+    verdict
+        .as_ref()
+        .is_err_and(|error| error.contains("received fatal alert"))
+}
+
 /// Reconciles through kube-apiserver and kplug with the `Reconcile` body in
 /// the file `request`: kplug's answer, or kubectl's error.
 pub fn reconcile(cluster: &ControlPlane, plugin: &str, request: &Path) -> Result<String, String> {
