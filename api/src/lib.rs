@@ -4,6 +4,7 @@
 //! (which plugin serves a request, [`selection`]; what a plugin may answer,
 //! [`answer`]), no behaviour that needs IO.
 
+pub mod access;
 pub mod answer;
 pub mod canary;
 pub mod selection;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::api::WatchSettings;
 use crate::api::reconcile::ReconcileSettings;
+use crate::audit::Sink;
 use crate::auth::delegated::DelegatedSettings;
 use crate::identity::SigningFiles;
 use crate::proxy::{PluginTlsFiles, ProxyConfig};
@@ -341,6 +342,10 @@ pub enum PluginCert {
 /// Tunables both modes share.
 #[derive(Debug, Args)]
 pub struct Tuning {
+    /// Where the audit log goes, one JSON line per reconcile (who, what,
+    /// which plugin, the outcome): - for stdout, else a file appended to.
+    #[arg(long, env = "KPLUG_AUDIT_LOG_PATH", default_value = "-")]
+    pub audit_log_path: Sink,
     #[command(flatten)]
     pub registry: RegistryFlags,
     #[command(flatten)]

@@ -6,6 +6,7 @@
 //! listeners and background tasks together.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod config;
 #[cfg(feature = "fuzzing")]

@@ -10,23 +10,15 @@ use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::{Postgres, venv_python};
 use kplug_test_support::{
-    AggregatedKplug, ControlPlane, Process, client_cert, expired_token, free_port, hello_plugin,
-    output_text, plugin_identity, wait_until,
+    AggregatedKplug, ControlPlane, FAST_REVIEWS, Process, client_cert, expired_token, free_port,
+    hello_plugin, output_text, plugin_identity, wait_until,
 };
 use serde_json::{Value, json};
 
-/// Fast settings, so that the test need not wait: caches and certificate
-/// reloads of one second, plugins heartbeating every second.
+/// Beyond [`FAST_REVIEWS`], so that the test need not wait: certificate
+/// reloads of one second.
 const KPLUG_FLAGS: &[&str] = &[
-    "--authentication-cache-ttl",
-    "1s",
-    "--authorization-allowed-cache-ttl",
-    "1s",
-    "--authorization-denied-cache-ttl",
-    "1s",
     "--cert-reload-interval",
-    "1s",
-    "--min-heartbeat-interval",
     "1s",
     "--readiness-warmup",
     "1h",
@@ -53,7 +45,8 @@ fn kplug_behind_a_real_kube_apiserver() {
 
     // The shipped RBAC, kplug's own identity and certificates, kplug
     // serving, registered through the real APIService.
-    let kplug = AggregatedKplug::start(&cluster, work.path(), KPLUG_FLAGS);
+    let kplug =
+        AggregatedKplug::start(&cluster, work.path(), &[FAST_REVIEWS, KPLUG_FLAGS].concat());
     assert!(!kplug.ca_bundle.trim().is_empty(), "prints the caBundle");
     kplug.wait_for_log(Duration::from_secs(10), "the auth ConfigMap loaded", |l| {
         l.contains("loaded kube-system/extension-apiserver-authentication")
@@ -232,6 +225,41 @@ fn kplug_behind_a_real_kube_apiserver() {
         "--clusterrole=kplug:operator",
         "--user=someone",
     ]);
+    // Creating reconciles is not enough: the caller must hold a
+    // controller's right on the object (object_access.rs has the rest).
+    wait_until(
+        "someone refused for the Greeting itself",
+        Duration::from_secs(20),
+        || {
+            let refused = as_someone(&reconcile_args);
+            let text = output_text(&refused);
+            text.contains(
+                "greetings.example.com \"ada\" is forbidden: User \"someone\" cannot update \
+                 resource \"greetings/status\" in API group \"example.com\" at the cluster scope",
+            )
+            .then_some(())
+            .ok_or(text)
+        },
+    );
+    cluster.apply(
+        r"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: greetings-and-tables-controller}
+rules:
+- apiGroups: [example.com]
+  resources: [greetings/status]
+  verbs: [update]
+- apiGroups: [myorg.org]
+  resources: [databasetables/status]
+  verbs: [update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: someone-controls}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: greetings-and-tables-controller}
+subjects: [{kind: User, name: someone}]
+",
+    );
     wait_until(
         "someone may list and reconcile",
         Duration::from_secs(20),

@@ -493,3 +493,54 @@ fn sigterm_lets_a_reconcile_in_flight_finish_and_ends_watches_cleanly() {
         terminated.elapsed()
     );
 }
+
+/// kplug's audit log (stdout by default): one JSON line per reconcile,
+/// answered or refused, naming who asked, the object and the outcome.
+#[test]
+fn each_reconcile_is_one_audit_line() {
+    let kplug = StandaloneKplug::start();
+    let (_plugin, _) = hello(&kplug, "hello", &[]);
+    let answered = post(
+        &kplug,
+        "/apis/plugins.kplug.io/v1alpha1/plugins/hello/reconcile",
+        &request(json!({"object": greeting("audited"), "dryRun": true})),
+    );
+    assert_eq!(answered.0, 201, "{}", answered.1);
+    let missing = post(
+        &kplug,
+        "/apis/plugins.kplug.io/v1alpha1/plugins/nobody/reconcile",
+        &request(json!({"object": greeting("orphan")})),
+    );
+    assert_eq!(missing.0, 404, "{}", missing.1);
+
+    let event = |name: &str| -> Value {
+        let line = kplug
+            .stdout
+            .wait_for(Duration::from_secs(10), "the audit line", |l| {
+                l.contains(&format!(r#""name":"{name}""#))
+            });
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    };
+    let answered_line = event("audited");
+    assert_eq!(answered_line["user"]["username"], "kplug-admin");
+    assert_eq!(answered_line["code"], 201);
+    assert_eq!(answered_line["outcome"], "Success");
+    assert_eq!(answered_line["dryRun"], true);
+    assert_eq!(answered_line["plugin"], "hello");
+    assert_eq!(
+        answered_line["operationId"],
+        answered.1["status"]["operationId"]
+    );
+    assert_eq!(
+        answered_line["objectRef"],
+        json!({"apiVersion": "example.com/v1", "kind": "Greeting", "name": "audited"})
+    );
+    let missing_line = event("orphan");
+    assert_eq!(missing_line["code"], 404);
+    assert_eq!(missing_line["outcome"], "NotFound");
+    assert_eq!(missing_line["operationId"], "");
+    assert_eq!(
+        missing_line["message"],
+        "plugins.plugins.kplug.io \"nobody\" not found"
+    );
+}

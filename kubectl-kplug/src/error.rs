@@ -42,6 +42,12 @@ pub enum Error {
         message: String,
         hint: String,
     },
+    /// kplug refused a right on an object of the request (its field, e.g.
+    /// `spec.object`): the message names the verb, resource and namespace.
+    #[error(
+        "you may not have a plugin act on {field}: {message}\n  kplug delegates only what a controller of the object may do (update its status to reconcile it, update its finalizers to finalize it, get it for a dry run, get each extension); ask a cluster admin for a Role or ClusterRole that grants the right named above"
+    )]
+    ObjectForbidden { field: String, message: String },
     #[error(
         "the cluster refused your credentials: {0}\n  check your kubeconfig's user (kubectl config view --minify) or log in again"
     )]
@@ -176,6 +182,16 @@ impl Error {
         let details = status.as_ref().and_then(|s| s.details.as_ref());
         match code {
             StatusCode::UNAUTHORIZED => Self::Unauthorized(message),
+            // kplug names the object's field in a FieldValueForbidden cause.
+            StatusCode::FORBIDDEN
+                if let Some(field) = details
+                    .into_iter()
+                    .flat_map(|d| &d.causes)
+                    .find(|c| c.reason == "FieldValueForbidden")
+                    .map(|c| c.field.clone()) =>
+            {
+                Self::ObjectForbidden { field, message }
+            }
             StatusCode::FORBIDDEN => Self::Forbidden {
                 verb: verb.to_owned(),
                 resource: resource.to_owned(),
@@ -263,6 +279,21 @@ mod tests {
             text.contains("kubectl auth can-i create reconciles.plugins.kplug.io`"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_object_refused_says_which_right_is_missing() {
+        let text = kplug(
+            StatusCode::FORBIDDEN,
+            r#"{"kind":"Status","code":403,"reason":"Forbidden","message":"databasetables.myorg.org \"t\" is forbidden: User \"op\" cannot update resource \"databasetables/status\" in API group \"myorg.org\" in the namespace \"team-b\"","details":{"name":"t","group":"myorg.org","kind":"databasetables","causes":[{"reason":"FieldValueForbidden","field":"spec.object","message":"..."}]}}"#,
+        );
+        assert!(
+            text.starts_with(
+                "you may not have a plugin act on spec.object: databasetables.myorg.org \"t\" is forbidden: User \"op\" cannot update resource \"databasetables/status\""
+            ),
+            "{text}"
+        );
+        assert!(text.contains("update its status to reconcile it"), "{text}");
     }
 
     #[test]

@@ -94,6 +94,8 @@ async fn call(
         object: objects.object.clone().into(),
         extensions: objects.extensions.iter().cloned().map(Into::into).collect(),
         timeout: prost_types::Duration::try_from(args.timeout).ok(),
+        // Rendered on this machine: no kplug authenticated anyone.
+        caller: None,
     });
     request.set_timeout(args.timeout);
     let operation = if args.finalize {

@@ -11,6 +11,10 @@ use kplug_proto::v1alpha1::ReconcileRequest;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_test_support::measure::process_cpu_time;
 use kplug_test_support::{Process, free_port};
+
+/// The user of standalone kplug's admin certificate, whom kplug names to
+/// the plugin as the caller.
+const STANDALONE_ADMIN: &str = "kplug-admin";
 use serde::Deserialize;
 use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
@@ -198,6 +202,12 @@ impl Caller {
                     object: payload.object.clone().into(),
                     extensions: Vec::new(),
                     timeout: prost_types::Duration::try_from(RECONCILE_TIMEOUT).ok(),
+                    // What kplug sends for the bench's client: the same bytes.
+                    caller: Some(kplug_proto::v1alpha1::UserInfo {
+                        username: STANDALONE_ADMIN.to_owned(),
+                        groups: vec!["system:masters".to_owned()],
+                        extra: Default::default(),
+                    }),
                 });
                 request.set_timeout(RECONCILE_TIMEOUT);
                 let started = Instant::now();

@@ -60,6 +60,11 @@ pub struct AppState {
     /// Turns true when the server closes its connections at shutdown:
     /// watches end then, so that clients watch again elsewhere.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Checks callers' rights on the objects of their reconciles; `None`
+    /// in standalone mode, where every caller may do everything.
+    pub object_access: Option<Arc<reconcile::ObjectAccess>>,
+    /// Where each reconcile is recorded.
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
 }
 
 /// All API routes and `/metrics`; anything else is a `404` Status.

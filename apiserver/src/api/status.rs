@@ -47,6 +47,16 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The caller lacks a right on an object of the request body (`field`),
+    /// `resource` of `group` named `name`.
+    #[error("{message}")]
+    ForbiddenObject {
+        message: String,
+        field: String,
+        group: String,
+        resource: String,
+        name: String,
+    },
     #[error("{0}")]
     Internal(String),
 }
@@ -76,7 +86,7 @@ impl ApiError {
             Self::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::ForbiddenObject { .. } => StatusCode::FORBIDDEN,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -97,7 +107,7 @@ impl ApiError {
             Self::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Self::Timeout(_) => "Timeout",
             Self::Unauthorized(_) => "Unauthorized",
-            Self::Forbidden(_) => "Forbidden",
+            Self::Forbidden(_) | Self::ForbiddenObject { .. } => "Forbidden",
             Self::Internal(_) => "InternalError",
         }
     }
@@ -124,6 +134,24 @@ impl ApiError {
                         })
                         .collect(),
                 ),
+                ..StatusDetails::default()
+            }),
+            // As kube-apiserver's NewForbidden, and the object's field.
+            Self::ForbiddenObject {
+                message,
+                field,
+                group,
+                resource,
+                name,
+            } => Some(StatusDetails {
+                name: Some(name.clone()),
+                group: Some(group.clone()),
+                kind: Some(resource.clone()),
+                causes: Some(vec![StatusCause {
+                    field: Some(field.clone()),
+                    message: Some(message.clone()),
+                    reason: Some("FieldValueForbidden".to_owned()),
+                }]),
                 ..StatusDetails::default()
             }),
             Self::TooManyRequests { retry_after, .. }

@@ -3,6 +3,8 @@
 use axum::http::Method;
 use serde::Serialize;
 
+use kplug_api::access::Right;
+
 use crate::v1alpha1::{GROUP, VERSION};
 
 /// The attributes an authorizer decides on.
@@ -10,8 +12,12 @@ use crate::v1alpha1::{GROUP, VERSION};
 pub enum Attributes {
     Resource {
         verb: String,
+        /// The API group; empty for the core group.
+        group: String,
         resource: String,
         subresource: String,
+        /// Empty for the cluster scope.
+        namespace: String,
         name: String,
     },
     NonResource {
@@ -96,8 +102,10 @@ impl Attributes {
                 name,
             } => Self::Resource {
                 verb: verb.to_owned(),
+                group: GROUP.to_owned(),
                 resource: resource.to_owned(),
                 subresource: subresource.to_owned(),
+                namespace: String::new(),
                 name: percent_encoding::percent_decode_str(name)
                     .decode_utf8_lossy()
                     .into_owned(),
@@ -113,8 +121,23 @@ impl Attributes {
     pub fn heartbeat(name: &str) -> Self {
         Self::Resource {
             verb: "create".to_owned(),
+            group: GROUP.to_owned(),
             resource: "plugins".to_owned(),
             subresource: "heartbeat".to_owned(),
+            namespace: String::new(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// `right` on the object `name` of `group`'s `resource` in `namespace`
+    /// (empty: a cluster-scoped object).
+    pub fn object(right: Right, group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        Self::Resource {
+            verb: right.verb.to_owned(),
+            group: group.to_owned(),
+            resource: resource.to_owned(),
+            subresource: right.subresource.to_owned(),
+            namespace: namespace.to_owned(),
             name: name.to_owned(),
         }
     }
@@ -129,8 +152,10 @@ impl Attributes {
         match self {
             Self::Resource {
                 verb,
+                group,
                 resource,
                 subresource,
+                namespace,
                 name,
             } => {
                 let full = if subresource.is_empty() {
@@ -138,14 +163,26 @@ impl Attributes {
                 } else {
                     format!("{resource}/{subresource}")
                 };
-                let object = if name.is_empty() {
-                    format!("{resource}.{GROUP}")
+                // The group-qualified resource: `widgets.example.com`, or
+                // `configmaps` for the core group.
+                let qualified = if group.is_empty() {
+                    resource.clone()
                 } else {
-                    format!("{resource}.{GROUP} {name:?}")
+                    format!("{resource}.{group}")
+                };
+                let object = if name.is_empty() {
+                    qualified
+                } else {
+                    format!("{qualified} {name:?}")
+                };
+                let scope = if namespace.is_empty() {
+                    "at the cluster scope".to_owned()
+                } else {
+                    format!("in the namespace {namespace:?}")
                 };
                 format!(
                     "{object} is forbidden: User {user:?} cannot {verb} resource {full:?} in API \
-                     group {GROUP:?} at the cluster scope{because}"
+                     group {group:?} {scope}{because}"
                 )
             }
             Self::NonResource { verb, path } => {
@@ -158,12 +195,15 @@ impl Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kplug_api::access::ON_EXTENSION;
 
     fn resource(verb: &str, resource: &str, subresource: &str, name: &str) -> Attributes {
         Attributes::Resource {
             verb: verb.to_owned(),
+            group: GROUP.to_owned(),
             resource: resource.to_owned(),
             subresource: subresource.to_owned(),
+            namespace: String::new(),
             name: name.to_owned(),
         }
     }
@@ -274,6 +314,25 @@ mod tests {
             resource("create", "plugins", "reconcile", "db")
                 .forbidden("op", "no RBAC policy matched")
                 .ends_with("cannot create resource \"plugins/reconcile\" in API group \"plugins.kplug.io\" at the cluster scope: no RBAC policy matched")
+        );
+        // The objects of a reconcile, in their own group and namespace.
+        let status = Right {
+            verb: "update",
+            subresource: "status",
+        };
+        assert_eq!(
+            Attributes::object(status, "example.com", "widgets", "team-b", "w1")
+                .forbidden("system:serviceaccount:team-a:op", ""),
+            "widgets.example.com \"w1\" is forbidden: User \"system:serviceaccount:team-a:op\" cannot update resource \"widgets/status\" in API group \"example.com\" in the namespace \"team-b\""
+        );
+        assert_eq!(
+            Attributes::object(ON_EXTENSION, "", "configmaps", "team-b", "settings")
+                .forbidden("op", ""),
+            "configmaps \"settings\" is forbidden: User \"op\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"team-b\""
+        );
+        assert_eq!(
+            Attributes::object(status, "example.com", "greetings", "", "ada").forbidden("op", ""),
+            "greetings.example.com \"ada\" is forbidden: User \"op\" cannot update resource \"greetings/status\" in API group \"example.com\" at the cluster scope"
         );
     }
 }

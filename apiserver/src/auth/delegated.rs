@@ -418,7 +418,8 @@ impl Delegated {
         outcome.map_err(AuthError::Unauthenticated)
     }
 
-    fn always_allowed(&self, user: &User) -> bool {
+    /// Whether `user` is in a group that is never reviewed (`system:masters`).
+    pub fn always_allowed(&self, user: &User) -> bool {
         user.groups
             .iter()
             .any(|g| self.settings.always_allow_groups.contains(g))
@@ -465,15 +466,19 @@ impl Delegated {
         let (resource_attributes, non_resource_attributes) = match attributes {
             Attributes::Resource {
                 verb,
+                group,
                 resource,
                 subresource,
+                namespace,
                 name,
             } => (
                 Some(ResourceAttributes {
-                    group: Some(GROUP.to_owned()),
-                    version: Some(VERSION.to_owned()),
+                    group: Some(group.clone()),
+                    // RBAC ignores versions; kplug's own is the one it serves.
+                    version: (group == GROUP).then(|| VERSION.to_owned()),
                     resource: Some(resource.clone()),
                     subresource: (!subresource.is_empty()).then(|| subresource.clone()),
+                    namespace: (!namespace.is_empty()).then(|| namespace.clone()),
                     name: (!name.is_empty()).then(|| name.clone()),
                     verb: Some(verb.clone()),
                     ..ResourceAttributes::default()

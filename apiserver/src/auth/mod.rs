@@ -10,6 +10,7 @@ pub mod attributes;
 pub mod cache;
 pub mod delegated;
 pub mod metrics;
+pub mod resources;
 pub mod verifier;
 
 use std::collections::BTreeMap;

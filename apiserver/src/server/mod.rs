@@ -27,10 +27,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::metrics::{InstrumentLayer, RequestMetrics};
+use crate::api::reconcile::ObjectAccess;
 use crate::api::status::ApiError;
 use crate::api::{self, AppState, openapi::OpenApi};
+use crate::audit::AuditLog;
 use crate::auth::Auth;
 use crate::auth::delegated::Delegated;
+use crate::auth::resources::Resources;
 use crate::auth::verifier::{optional_client_auth, roots};
 use crate::config::{ClusterConfig, PluginTlsPlan, StandaloneConfig, Tuning};
 use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
@@ -182,6 +185,9 @@ impl Core {
         plugin_tls: Option<Arc<PluginTls>>,
     ) -> anyhow::Result<Self> {
         let registry = Arc::new(Registry::new((&tuning.registry).into()));
+        let audit = AuditLog::start(&tuning.audit_log_path)
+            .with_context(|| format!("opening the audit log {:?}", tuning.audit_log_path))?;
+        audit.register(&mut metrics);
         let requests = RequestMetrics::default();
         requests.register(&mut metrics);
         let heartbeat_metrics = HeartbeatMetrics::default();
@@ -207,6 +213,8 @@ impl Core {
             shadow: crate::api::reconcile::ShadowRunner::start()
                 .context("starting the thread of shadow copies")?,
             closing: closed,
+            object_access: None,
+            audit: Some(Arc::new(audit)),
         };
         Ok(Self {
             registry,
@@ -388,6 +396,10 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
     let mut metrics = prometheus_client::registry::Registry::default();
     delegated.metrics().register(&mut metrics);
     let mut core = Core::new(&config.tuning, metrics, plugin_tls.clone())?;
+    core.state.object_access = Some(Arc::new(ObjectAccess::new(
+        delegated.clone(),
+        Resources::new(client.clone(), config.authorization_denied_cache_ttl),
+    )));
     core.readiness_warmup = config.readiness_warmup;
     core.shutdown_delay = config.shutdown_delay;
     let auth = Arc::new(Auth::Delegated(delegated.clone()));

@@ -113,7 +113,9 @@ impl Plugin for Hello {
         let greeting = format!("hello, {name}");
         // Logged inside the SDK's span for the call, so the line carries
         // operation_id and, when kplug sent a trace context, trace_id.
-        tracing::info!(%greeting, dry_run = request.dry_run, "greeting");
+        // And who asked kplug for it (kplug checked their rights on the object).
+        let caller = request.caller.as_ref().map_or("", |c| c.username.as_str());
+        tracing::info!(%greeting, dry_run = request.dry_run, %caller, "greeting");
         let mut status = json!({ "greeting": greeting });
         if self.report_trace_id
             && let Some(trace_id) = request.trace_id()

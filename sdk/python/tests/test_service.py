@@ -113,6 +113,26 @@ def test_request_fields(serve: Serve, client_for: ClientFor) -> None:
     assert reconcile.extensions == []
 
 
+def test_the_caller_reaches_the_plugin(serve: Serve, client_for: ClientFor) -> None:
+    plugin = Recorder()
+    client = client_for(serve(plugin))
+    message = request(TRICKY_OBJECT)
+    message.caller.username = "system:serviceaccount:team-a:operator"
+    message.caller.groups.extend(["system:serviceaccounts", "system:authenticated"])
+    message.caller.extra["authentication.kubernetes.io/pod-name"].values.append("operator-0")
+    client.call(kplug.Operation.RECONCILE, message)
+    client.reconcile(TRICKY_OBJECT)
+
+    told, untold = plugin.requests
+    assert told.caller == kplug.Caller(
+        username="system:serviceaccount:team-a:operator",
+        groups=("system:serviceaccounts", "system:authenticated"),
+        extra={"authentication.kubernetes.io/pod-name": ("operator-0",)},
+    )
+    # From a kplug that predates the field.
+    assert untold.caller is None
+
+
 def test_deadline_is_the_earlier_of_timeout_and_grpc_deadline(serve: Serve, client_for: ClientFor) -> None:
     remaining: list[float | None] = []
 

@@ -227,7 +227,7 @@ pub use kplug_proto as proto;
 /// The W3C trace context a call came with; see [`Request::trace_parent`].
 pub use kplug_proto::trace::{TRACEPARENT, TraceParent, TraceParentError};
 pub use plugin::{
-    Condition, ConditionStatus, ObjectRef, Outcome, Plugin, Request, ResultEntry, Severity,
+    Caller, Condition, ConditionStatus, ObjectRef, Outcome, Plugin, Request, ResultEntry, Severity,
 };
 pub use serve::{Server, serve, serve_with_shutdown};
 pub use signal::shutdown_signal;

@@ -82,6 +82,32 @@ pub struct Request {
     /// caller's deadline less a small margin, so the answer still reaches
     /// it. `None` when the caller set no timeout.
     pub deadline: Option<Instant>,
+    /// Who asked kplug for this call (kplug checked their rights on the
+    /// object and each extension): for an audit log, or to refuse callers
+    /// the plugin does not expect. `None` from a kplug that predates it.
+    pub caller: Option<Caller>,
+}
+
+/// A Kubernetes user, as kplug authenticated them: the `userInfo` an
+/// admission webhook gets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Caller {
+    /// e.g. `system:serviceaccount:team-a:widgets-operator`.
+    pub username: String,
+    pub groups: Vec<String>,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Caller {
+    /// A caller named `username`, in `groups`.
+    pub fn new(username: impl Into<String>, groups: Vec<String>) -> Self {
+        Self {
+            username: username.into(),
+            groups,
+            extra: Default::default(),
+        }
+    }
 }
 
 impl Request {
@@ -94,7 +120,15 @@ impl Request {
             object,
             extensions: Vec::new(),
             deadline: None,
+            caller: None,
         }
+    }
+
+    /// Sets the caller, as if kplug had sent it.
+    #[must_use]
+    pub fn with_caller(mut self, caller: Caller) -> Self {
+        self.caller = Some(caller);
+        self
     }
 
     /// Adds an extension object.

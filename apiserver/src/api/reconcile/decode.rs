@@ -56,19 +56,66 @@ pub struct Spec<'a> {
 pub struct Object<'a> {
     /// The value's bytes, valid JSON and UTF-8.
     pub raw: &'a [u8],
-    pub head: Head,
+    pub head: Head<'a>,
 }
 
-/// What kplug checks of an object it otherwise passes on untouched.
+/// What kplug checks of an object it otherwise passes on untouched, and
+/// whose rights the caller must hold on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Head {
-    /// A JSON object whose `apiVersion`, `kind` and `metadata.name` are each
-    /// a string or null, at most once.
+pub struct Head<'a> {
+    /// A JSON object whose `apiVersion`, `kind`, `metadata.name` and
+    /// `metadata.namespace` are each a string or null, at most once.
     pub readable: bool,
-    /// Each of these is a non-empty string.
-    pub api_version: bool,
-    pub kind: bool,
-    pub name: bool,
+    /// Each of these when a non-empty string.
+    pub api_version: Option<Text<'a>>,
+    pub kind: Option<Text<'a>>,
+    pub name: Option<Text<'a>>,
+    pub namespace: Option<Text<'a>>,
+}
+
+impl<'a> Head<'a> {
+    /// The values of the head's strings, each empty when absent.
+    pub fn names(&self) -> Names<'a> {
+        let value = |text: Option<Text<'a>>| text.map(Text::value).unwrap_or_default();
+        Names {
+            api_version: value(self.api_version),
+            kind: value(self.kind),
+            namespace: value(self.namespace),
+            name: value(self.name),
+        }
+    }
+}
+
+/// An object's apiVersion, kind, namespace and name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Names<'a> {
+    pub api_version: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+}
+
+/// A JSON string as it was sent, quotes included, that decodes: read only
+/// when kplug needs its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Text<'a>(&'a [u8]);
+
+impl<'a> Text<'a> {
+    /// The string's value, borrowed from the body unless it has escapes.
+    pub fn value(self) -> Cow<'a, str> {
+        let inner = &self.0[1..self.0.len() - 1];
+        match std::str::from_utf8(inner) {
+            Ok(text) if !inner.contains(&b'\\') => Cow::Borrowed(text),
+            // The decoder checked that it decodes.
+            _ => Cow::Owned(serde_json::from_slice(self.0).unwrap_or_default()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value().fmt(f)
+    }
 }
 
 /// Decodes a Reconcile request body.
@@ -238,18 +285,21 @@ fn object<'a>(s: &mut Scanner<'a>) -> Result<Object<'a>, SyntaxError> {
     })
 }
 
-fn read_metadata(s: &mut Scanner<'_>, head: &mut Head) -> Result<(), SyntaxError> {
+fn read_metadata<'a>(s: &mut Scanner<'a>, head: &mut Head<'a>) -> Result<(), SyntaxError> {
     if s.peek() != Some(b'{') {
         head.readable = false;
         s.skip_value()?;
         return Ok(());
     }
     s.bump();
-    let mut name = false;
+    let (mut name, mut namespace) = (false, false);
     let mut first = true;
     while let Some(key) = s.next_key(&mut first)? {
         match head_key(s, key).as_deref() {
             Some(b"name") => head_string(s, &mut name, &mut head.name, &mut head.readable)?,
+            Some(b"namespace") => {
+                head_string(s, &mut namespace, &mut head.namespace, &mut head.readable)?
+            }
             Some(_) => {
                 s.skip_value()?;
             }
@@ -265,17 +315,18 @@ fn read_metadata(s: &mut Scanner<'_>, head: &mut Head) -> Result<(), SyntaxError
 /// One of the head's strings: `present` when a non-empty string; a second
 /// occurrence, or a value that is neither a string nor null, makes the
 /// head unreadable.
-fn head_string(
-    s: &mut Scanner<'_>,
+fn head_string<'a>(
+    s: &mut Scanner<'a>,
     seen: &mut bool,
-    present: &mut bool,
+    present: &mut Option<Text<'a>>,
     readable: &mut bool,
 ) -> Result<(), SyntaxError> {
     *readable &= !*seen;
     *seen = true;
     let kind = s.peek();
     let range = s.skip_value()?;
-    let text = &s.bytes()[range];
+    let bytes = s.bytes();
+    let text = &bytes[range];
     match kind {
         Some(b'"') => {
             // An escape may still not decode (a lone surrogate).
@@ -283,9 +334,9 @@ fn head_string(
                 *readable = false;
             }
             // Any escape decodes to something, so only `""` is empty.
-            *present = text.len() > 2;
+            *present = (text.len() > 2).then_some(Text(text));
         }
-        Some(b'n') => *present = false,
+        Some(b'n') => *present = None,
         _ => *readable = false,
     }
     Ok(())

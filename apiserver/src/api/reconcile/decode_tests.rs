@@ -81,33 +81,43 @@ fn decodes_what_serde_decoded_and_finds_the_same_unknown_fields() {
 
 #[test]
 fn reads_each_object_head_as_the_earlier_pass_did() {
-    // An object and its head: None when unreadable, else whether
-    // apiVersion, kind and metadata.name are there.
-    type Expected = Option<(bool, bool, bool)>;
+    // An object and its head: None when unreadable, else its apiVersion,
+    // kind, metadata.name and metadata.namespace where non-empty strings.
+    type Expected<'a> = Option<(
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+    )>;
     let cases: &[(&str, Expected)] = &[
-        (OBJECT, Some((true, true, true))),
-        (r#"{}"#, Some((false, false, false))),
+        (OBJECT, Some((Some("v1"), Some("X"), Some("a"), None))),
+        (r#"{}"#, Some((None, None, None, None))),
         (
-            r#"{"apiVersion":"","kind":null,"metadata":{}}"#,
-            Some((false, false, false)),
+            r#"{"apiVersion":"","kind":null,"metadata":{"namespace":""}}"#,
+            Some((None, None, None, None)),
         ),
         (
-            r#"{"metadata":{"name":"a","name2":1},"kind":"\u0000"}"#,
-            Some((false, true, true)),
+            r#"{"metadata":{"name":"a","name2":1,"namespace":"team-a"},"kind":"\u0000"}"#,
+            Some((None, Some("\u{0}"), Some("a"), Some("team-a"))),
         ),
         (
             r#"{"spec":{"apiVersion":"v1"},"apiVersion":"v1"}"#,
-            Some((true, false, false)),
+            Some((Some("v1"), None, None, None)),
+        ),
+        (
+            r#"{"metadata":{"namespace":"t\u0065am","name":"x\"y"}}"#,
+            Some((None, None, Some("x\"y"), Some("team"))),
         ),
         // Head keys repeated: serde refused the head.
         (r#"{"apiVersion":"v1","apiVersion":"v2"}"#, None),
         (r#"{"kind":null,"kind":"X"}"#, None),
         (r#"{"metadata":{},"metadata":{}}"#, None),
         (r#"{"metadata":{"name":"a","name":"b"}}"#, None),
+        (r#"{"metadata":{"namespace":"a","namespace":"b"}}"#, None),
         // Other keys repeated are fine.
         (
             r#"{"spec":1,"spec":2,"metadata":{"uid":1,"uid":2}}"#,
-            Some((false, false, false)),
+            Some((None, None, None, None)),
         ),
         // Wrong types.
         (r#"{"apiVersion":1}"#, None),
@@ -115,23 +125,34 @@ fn reads_each_object_head_as_the_earlier_pass_did() {
         (r#"{"metadata":null}"#, None),
         (r#"{"metadata":"a"}"#, None),
         (r#"{"metadata":{"name":["a"]}}"#, None),
+        (r#"{"metadata":{"namespace":7}}"#, None),
         (r#""just a string""#, None),
         ("42", None),
         ("null", None),
         // A key or value that does not decode to a string (lone surrogate).
         (r#"{"kind":"\ud800"}"#, None),
         (r#"{"\ud800":1}"#, None),
-        (r#"{"kind":"\ud83d\ude00"}"#, Some((false, true, false))),
+        (
+            r#"{"kind":"\ud83d\ude00"}"#,
+            Some((None, Some("\u{1F600}"), None, None)),
+        ),
     ];
     for (object, expected) in cases {
-        assert_eq!(serde_head(object.as_bytes()), *expected, "serde, {object}");
+        let owned = |v: Option<&str>| v.map(str::to_owned);
+        let expected = expected.map(|(a, k, n, ns)| (owned(a), owned(k), owned(n), owned(ns)));
+        assert_eq!(serde_head(object.as_bytes()), expected, "serde, {object}");
         let body = body_with_spec(&format!(r#"{{"extensions":[{object}]}}"#));
         let decoded = request(body.as_bytes()).unwrap_or_else(|e| panic!("{object}: {e}"));
         let head = decoded.spec.extensions[0].head;
+        let value = |t: Option<Text<'_>>| t.map(|t| t.value().into_owned());
         assert_eq!(
-            head.readable
-                .then_some((head.api_version, head.kind, head.name)),
-            *expected,
+            head.readable.then(|| (
+                value(head.api_version),
+                value(head.kind),
+                value(head.name),
+                value(head.namespace)
+            )),
+            expected,
             "{object}"
         );
         assert_eq!(decoded.spec.extensions[0].raw, object.as_bytes());

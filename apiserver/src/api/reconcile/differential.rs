@@ -85,10 +85,14 @@ pub(crate) fn same_as_serde(
             return differ("an object's bytes");
         }
         let head = object.head;
-        if head
-            .readable
-            .then_some((head.api_version, head.kind, head.name))
-            != serde_head(object.raw)
+        if head.readable.then(|| {
+            (
+                head.api_version.map(|t| t.value().into_owned()),
+                head.kind.map(|t| t.value().into_owned()),
+                head.name.map(|t| t.value().into_owned()),
+                head.namespace.map(|t| t.value().into_owned()),
+            )
+        }) != serde_head(object.raw)
         {
             return differ("an object's head");
         }
@@ -129,8 +133,9 @@ pub(crate) fn serde_unknown(body: &[u8]) -> Option<Vec<String>> {
     Some(top.chain(spec).collect())
 }
 
-/// The earlier third pass: an object's head, or `None` when unreadable.
-pub(crate) fn serde_head(raw: &[u8]) -> Option<(bool, bool, bool)> {
+/// The earlier third pass: an object's head (apiVersion, kind, name and
+/// namespace, each when a non-empty string), or `None` when unreadable.
+pub(crate) fn serde_head(raw: &[u8]) -> Option<SerdeHead> {
     #[derive(Deserialize)]
     struct ObjectHead {
         #[serde(rename = "apiVersion")]
@@ -142,12 +147,22 @@ pub(crate) fn serde_head(raw: &[u8]) -> Option<(bool, bool, bool)> {
     #[derive(Default, Deserialize)]
     struct HeadMetadata {
         name: Option<String>,
+        namespace: Option<String>,
     }
     let head = serde_json::from_slice::<ObjectHead>(raw).ok()?;
-    let present = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
+    let present = |v: Option<String>| v.filter(|s| !s.is_empty());
     Some((
-        present(&head.api_version),
-        present(&head.kind),
-        present(&head.metadata.name),
+        present(head.api_version),
+        present(head.kind),
+        present(head.metadata.name),
+        present(head.metadata.namespace),
     ))
 }
+
+/// apiVersion, kind, name and namespace.
+pub(crate) type SerdeHead = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);

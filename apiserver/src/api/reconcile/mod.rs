@@ -5,6 +5,7 @@
 //! extensions travel to the plugin and back into the answer ([`answer`]) as
 //! slices of the request's buffer.
 
+mod access;
 mod answer;
 mod canary;
 mod decode;
@@ -12,12 +13,14 @@ mod decode;
 pub mod differential;
 mod scan;
 mod shadow;
+mod trail;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kplug_proto::trace::{TRACEPARENT, TraceParent};
@@ -27,13 +30,16 @@ use tracing::Instrument;
 
 use super::AppState;
 use super::status::ApiError;
+use crate::auth::User;
 use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
 use crate::v1alpha1::{API_VERSION, Operation, Plugin, Reconcile};
 use crate::version::VersionConstraint;
+pub use access::ObjectAccess;
 use decode::{Object, Request, Spec};
 pub use kplug_api::answer::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 pub use shadow::ShadowRunner;
+use trail::Trail;
 
 /// Query parameters of a create.
 #[derive(Debug, Default, Deserialize)]
@@ -178,13 +184,13 @@ fn check_object(field: &str, value: Option<&Object<'_>>) -> Result<(), ApiError>
         .map(|object| object.head)
         .filter(|head| head.readable)
         .ok_or_else(|| invalid(field, "Required value: a Kubernetes object"))?;
-    if !head.api_version {
+    if head.api_version.is_none() {
         return Err(invalid(&format!("{field}.apiVersion"), "Required value"));
     }
-    if !head.kind {
+    if head.kind.is_none() {
         return Err(invalid(&format!("{field}.kind"), "Required value"));
     }
-    if !head.name {
+    if head.name.is_none() {
         return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
     }
     Ok(())
@@ -318,6 +324,22 @@ fn check_capability(plugin: &Plugin, operation: Operation, dry_run: bool) -> Res
     Ok(())
 }
 
+/// The caller as the plugin sees it: admission's `userInfo`.
+fn user_info(user: &User) -> proto::UserInfo {
+    proto::UserInfo {
+        username: user.name.clone(),
+        groups: user.groups.clone(),
+        extra: user
+            .extra
+            .iter()
+            .map(|(key, values)| {
+                let values = values.clone();
+                (key.clone(), proto::ExtraValue { values })
+            })
+            .collect(),
+    }
+}
+
 /// The caller's trace context; a malformed one is ignored, as the W3C
 /// specification asks, and a new trace starts.
 fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
@@ -328,22 +350,50 @@ fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
         .ok()
 }
 
-/// Selects the plugin, calls it and renders the `201` answer. `body` is
-/// the buffer `request` was decoded from: the object and extensions go to
-/// the plugin as slices of it, without a copy.
+/// [`reconcile`], recorded in the audit log whatever its outcome.
 async fn delegate(
     state: AppState,
+    user: &User,
     body: &Bytes,
     request: Request<'_>,
     warnings: Vec<String>,
     pinned: Option<&str>,
     trace: Option<TraceParent>,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    // Continue the caller's trace, or start one here; the plugin sees
+    // kplug's own span as its parent.
+    let trace = trace.unwrap_or_else(TraceParent::new_root).child();
+    let mut trail = Trail::default();
+    let result = reconcile(
+        &state, user, body, &request, warnings, pinned, trace, &mut trail,
+    )
+    .await;
+    if let Some(log) = &state.audit {
+        trail.record(log, user, &request, trace, &result, started.elapsed());
+    }
+    result
+}
+
+/// Selects the plugin, calls it and renders the `201` answer. `body` is
+/// the buffer `request` was decoded from: the object and extensions go to
+/// the plugin as slices of it, without a copy.
+#[allow(clippy::too_many_arguments)]
+async fn reconcile(
+    state: &AppState,
+    user: &User,
+    body: &Bytes,
+    request: &Request<'_>,
+    warnings: Vec<String>,
+    pinned: Option<&str>,
+    trace: TraceParent,
+    trail: &mut Trail,
+) -> Result<Response, ApiError> {
     let Asked {
         operation,
         timeout,
         versions,
-    } = validate(&request, &state.reconcile)?;
+    } = validate(request, &state.reconcile)?;
     let spec = &request.spec;
     let (plugin, selection) = state
         .registry
@@ -357,11 +407,17 @@ async fn delegate(
             versions.as_ref(),
         )
         .map_err(select_error)?;
+    trail.plugin = plugin.name().to_owned();
+    // Nothing reaches a plugin, shadows included, for a caller who may not
+    // act on the objects themselves.
+    if let Some(access) = &state.object_access {
+        access
+            .check(user, &plugin, operation, spec.dry_run, spec)
+            .await?;
+    }
     check_capability(&plugin, operation, spec.dry_run)?;
     let operation_id = uuid::Uuid::new_v4().to_string();
-    // Continue the caller's trace, or start one here; the plugin sees
-    // kplug's own span as its parent.
-    let trace = trace.unwrap_or_else(TraceParent::new_root).child();
+    trail.operation_id.clone_from(&operation_id);
     // The decoder's slices lie within `body`, which slice_ref requires.
     let share = |object: &Object<'_>| body.slice_ref(object.raw);
     let grpc_request = proto::ReconcileRequest {
@@ -370,6 +426,7 @@ async fn delegate(
         object: spec.object.as_ref().map(share).unwrap_or_default(),
         extensions: spec.extensions.iter().map(share).collect(),
         timeout: prost_types::Duration::try_from(timeout).ok(),
+        caller: Some(user_info(user)),
     };
     let span = tracing::info_span!(
         "reconcile",
@@ -394,6 +451,8 @@ async fn delegate(
         span.in_scope(|| tracing::warn!(%error, "reconcile failed"));
         proxy_error(error)
     })?;
+    trail.instance.clone_from(&answer.instance);
+    trail.success = Some(answer.response.success);
     span.in_scope(|| {
         tracing::debug!(
             success = answer.response.success,
@@ -410,7 +469,7 @@ async fn delegate(
         answer,
         &spec.extensions,
     )?;
-    let body = answer::body(&request, &status)
+    let body = answer::body(request, &status)
         .map_err(|e| ApiError::Internal(format!("encoding the response: {e}")))?;
     if let Some(sampled) = sampled {
         let primary = shadow::Primary {
@@ -450,6 +509,7 @@ async fn delegate(
 /// `POST /apis/plugins.kplug.io/v1alpha1/plugins/{name}/reconcile`
 pub async fn subresource(
     State(state): State<AppState>,
+    Extension(user): Extension<Arc<User>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     query: Result<Query<CreateQuery>, QueryRejection>,
@@ -467,6 +527,7 @@ pub async fn subresource(
     }
     delegate(
         state,
+        &user,
         &received.body,
         request,
         warnings,
@@ -479,6 +540,7 @@ pub async fn subresource(
 /// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the plugin.
 pub async fn create(
     State(state): State<AppState>,
+    Extension(user): Extension<Arc<User>>,
     headers: HeaderMap,
     query: Result<Query<CreateQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
@@ -504,6 +566,7 @@ pub async fn create(
     }
     delegate(
         state,
+        &user,
         &received.body,
         request,
         warnings,

@@ -129,6 +129,7 @@ fn request(object: &Value, extension: Option<&Value>, dry_run: bool) -> Reconcil
             .into_iter()
             .collect(),
         timeout: Some(Duration::from_secs(30).try_into().unwrap()),
+        caller: None,
     }
 }
 

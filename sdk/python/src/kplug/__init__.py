@@ -50,11 +50,12 @@ from kplug.plugin import ApiRef, Extension, Plugin
 from kplug.runner import run
 from kplug.server import SDK, ServeError, Server, serve
 from kplug.trace import TraceParent
-from kplug.types import Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
+from kplug.types import Caller, Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
 
 __all__ = [
     "SDK",
     "ApiRef",
+    "Caller",
     "Condition",
     "Config",
     "Extension",

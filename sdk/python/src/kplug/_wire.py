@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf import duration_pb2
 
 from kplug.proto import plugin_pb2
-from kplug.types import Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
+from kplug.types import Caller, Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
 
 _SEVERITIES = {
     Severity.NORMAL: plugin_pb2.SEVERITY_NORMAL,
@@ -47,6 +47,16 @@ def decode_request(
         timeout=timeout,
         deadline=time.monotonic() + min(budgets) if budgets else None,
         traceparent=traceparent,
+        caller=decode_caller(message.caller) if message.HasField("caller") else None,
+    )
+
+
+def decode_caller(user: plugin_pb2.UserInfo) -> Caller:
+    """The :class:`Caller` of a ``UserInfo`` message."""
+    return Caller(
+        username=user.username,
+        groups=tuple(user.groups),
+        extra={key: tuple(value.values) for key, value in user.extra.items()},
     )
 
 

@@ -54,6 +54,21 @@ class ObjectRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asked kplug for a call, as kplug authenticated them: the ``userInfo`` an admission webhook gets.
+
+    kplug has checked their rights on the object and each extension; a plugin may log it for audit, or refuse
+    callers it does not expect.
+    """
+
+    #: e.g. ``system:serviceaccount:team-a:widgets-operator``.
+    username: str
+    groups: tuple[str, ...] = ()
+    #: Extra attributes of the user (e.g. ``authentication.kubernetes.io/pod-name``).
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """One Reconcile or Finalize call from kplug.
 
@@ -77,6 +92,8 @@ class Request:
     #: version ``00`` (e.g. ``00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01``);
     #: ``None`` when it sent none or one that is not valid (which never fails the call).
     traceparent: str | None = None
+    #: Who asked kplug for the call; ``None`` from a kplug that predates it.
+    caller: Caller | None = None
 
     @property
     def trace_id(self) -> str | None:

@@ -5,7 +5,7 @@ use kplug_proto::v1alpha1 as proto;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::{Outcome, Request, Severity};
+use crate::{Caller, Outcome, Request, Severity};
 
 /// The wire request as the author sees it; bad JSON is the caller's error,
 /// so the plugin is never called with it.
@@ -27,6 +27,15 @@ pub(super) fn decode(
         object,
         extensions,
         deadline,
+        caller: message.caller.map(|user| Caller {
+            username: user.username,
+            groups: user.groups,
+            extra: user
+                .extra
+                .into_iter()
+                .map(|(key, value)| (key, value.values))
+                .collect(),
+        }),
     })
 }
 
@@ -153,5 +162,38 @@ mod tests {
             status.message(),
             "extensions[1] must be a JSON object, not a number"
         );
+    }
+
+    #[test]
+    fn the_caller_reaches_the_author() {
+        let message = |caller| proto::ReconcileRequest {
+            object: b"{}".to_vec().into(),
+            caller,
+            ..Default::default()
+        };
+        let user = proto::UserInfo {
+            username: "system:serviceaccount:team-a:operator".to_owned(),
+            groups: vec!["system:authenticated".to_owned()],
+            extra: [(
+                "authentication.kubernetes.io/pod-name".to_owned(),
+                proto::ExtraValue {
+                    values: vec!["operator-0".to_owned()],
+                },
+            )]
+            .into(),
+        };
+        let told = decode(message(Some(user)), None).expect("a valid request");
+        let mut expected = Caller::new(
+            "system:serviceaccount:team-a:operator",
+            vec!["system:authenticated".to_owned()],
+        );
+        expected.extra.insert(
+            "authentication.kubernetes.io/pod-name".to_owned(),
+            vec!["operator-0".to_owned()],
+        );
+        assert_eq!(told.caller, Some(expected));
+        // From a kplug that predates the field.
+        let untold = decode(message(None), None).expect("a valid request");
+        assert_eq!(untold.caller, None);
     }
 }

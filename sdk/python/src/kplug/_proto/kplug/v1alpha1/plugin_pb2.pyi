@@ -22,18 +22,43 @@ SEVERITY_WARNING: Severity
 SEVERITY_ERROR: Severity
 
 class ReconcileRequest(_message.Message):
-    __slots__ = ("operation_id", "dry_run", "object", "extensions", "timeout")
+    __slots__ = ("operation_id", "dry_run", "object", "extensions", "timeout", "caller")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     EXTENSIONS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     operation_id: str
     dry_run: bool
     object: bytes
     extensions: _containers.RepeatedScalarFieldContainer[bytes]
     timeout: _duration_pb2.Duration
-    def __init__(self, operation_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., object: _Optional[bytes] = ..., extensions: _Optional[_Iterable[bytes]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    caller: UserInfo
+    def __init__(self, operation_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., object: _Optional[bytes] = ..., extensions: _Optional[_Iterable[bytes]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., caller: _Optional[_Union[UserInfo, _Mapping]] = ...) -> None: ...
+
+class UserInfo(_message.Message):
+    __slots__ = ("username", "groups", "extra")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ExtraValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ExtraValue, _Mapping]] = ...) -> None: ...
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    extra: _containers.MessageMap[str, ExtraValue]
+    def __init__(self, username: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ..., extra: _Optional[_Mapping[str, ExtraValue]] = ...) -> None: ...
+
+class ExtraValue(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReconcileResponse(_message.Message):
     __slots__ = ("success", "results", "conditions", "object_status", "extension_statuses", "requeue_after")

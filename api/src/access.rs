@@ -1,0 +1,71 @@
+//! The rights a caller must hold on the objects of a reconcile before kplug
+//! calls a plugin for it: those a controller of the object holds. Whoever
+//! may create reconciles may only make a plugin act on objects they could
+//! act on themselves (the confused deputy an aggregated API server must not
+//! be), in each object's own namespace and name.
+//!
+//! | the request | on `spec.object` | on each extension |
+//! |---|---|---|
+//! | Reconcile | `update` `R/status` | `get` |
+//! | Finalize | `update` `R/finalizers` | `get` |
+//! | any dry run | `get` | `get` |
+//!
+//! `R/finalizers` is what kube-apiserver's OwnerReferencesPermissionEnforcement
+//! checks before anyone may block an object's deletion, and what kubebuilder
+//! grants every controller; Kubernetes serves no such endpoint, RBAC
+//! authorizes it all the same.
+
+use crate::v1alpha1::Operation;
+
+/// A verb on a resource's subresource (empty: the resource itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Right {
+    pub verb: &'static str,
+    pub subresource: &'static str,
+}
+
+/// What a reconcile's extensions need: to be read.
+pub const ON_EXTENSION: Right = Right {
+    verb: "get",
+    subresource: "",
+};
+
+/// What the reconciled object (`spec.object`) needs for `operation`.
+pub fn on_object(operation: Operation, dry_run: bool) -> Right {
+    match (operation, dry_run) {
+        (_, true) => Right {
+            verb: "get",
+            subresource: "",
+        },
+        (Operation::Reconcile, false) => Right {
+            verb: "update",
+            subresource: "status",
+        },
+        (Operation::Finalize, false) => Right {
+            verb: "update",
+            subresource: "finalizers",
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_needs_what_a_controller_of_the_object_holds() {
+        let right = |verb, subresource| Right { verb, subresource };
+        assert_eq!(
+            on_object(Operation::Reconcile, false),
+            right("update", "status")
+        );
+        assert_eq!(
+            on_object(Operation::Finalize, false),
+            right("update", "finalizers")
+        );
+        for operation in [Operation::Reconcile, Operation::Finalize] {
+            assert_eq!(on_object(operation, true), right("get", ""));
+        }
+        assert_eq!(ON_EXTENSION, right("get", ""));
+    }
+}

@@ -1,0 +1,120 @@
+//! The caller's rights on the objects of a reconcile, checked before any
+//! plugin is called ([`kplug_api::access`] says which): in cluster mode,
+//! with the same cached SubjectAccessReviews as every request, each object
+//! in its own group, namespace and name. Standalone mode has no one to ask:
+//! every caller with a certificate of kplug's CA may do everything there.
+
+use std::sync::Arc;
+
+use kplug_api::access::{self, Right};
+
+use super::decode::{Names, Object, Spec};
+use super::invalid;
+use crate::api::status::ApiError;
+use crate::auth::delegated::Delegated;
+use crate::auth::resources::{ResolveError, Resources, split_api_version};
+use crate::auth::{Attributes, AuthError, User};
+use crate::v1alpha1::{Operation, Plugin};
+
+/// Checks callers' rights on the objects they send.
+pub struct ObjectAccess {
+    delegated: Arc<Delegated>,
+    resources: Resources,
+}
+
+impl ObjectAccess {
+    pub fn new(delegated: Arc<Delegated>, resources: Resources) -> Self {
+        Self {
+            delegated,
+            resources,
+        }
+    }
+
+    /// `Ok` when `user` holds, on the object and on each extension of
+    /// `spec`, the right [`kplug_api::access`] names for `operation`. The
+    /// first object refused ends the check; its 403 names the object, the
+    /// verb and the resource. `spec` was validated: every object has an
+    /// apiVersion, a kind and a name.
+    pub async fn check(
+        &self,
+        user: &User,
+        plugin: &Plugin,
+        operation: Operation,
+        dry_run: bool,
+        spec: &Spec<'_>,
+    ) -> Result<(), ApiError> {
+        if self.delegated.always_allowed(user) {
+            return Ok(());
+        }
+        if let Some(object) = &spec.object {
+            let right = access::on_object(operation, dry_run);
+            self.check_one(user, "spec.object", object, right, Some(plugin))
+                .await?;
+        }
+        for (i, extension) in spec.extensions.iter().enumerate() {
+            let field = format!("spec.extensions[{i}]");
+            self.check_one(user, &field, extension, access::ON_EXTENSION, None)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One object. `plugin`, for the reconciled object: a kind the cluster
+    /// does not serve in the plugin's own group is authorized as the
+    /// plugin's resource (a plugin tested before its CRD is installed);
+    /// any other kind not served is refused, since no right on it can be
+    /// checked.
+    async fn check_one(
+        &self,
+        user: &User,
+        field: &str,
+        object: &Object<'_>,
+        right: Right,
+        plugin: Option<&Plugin>,
+    ) -> Result<(), ApiError> {
+        let Names {
+            api_version,
+            kind,
+            namespace,
+            name,
+        } = object.head.names();
+        let (group, _) = split_api_version(&api_version);
+        let (resource, namespace) = match self.resources.resolve(&api_version, &kind).await {
+            // A cluster-scoped object has no namespace, whatever it says:
+            // a right in that namespace grants nothing on it.
+            Ok(served) if !served.namespaced => (served.plural, Default::default()),
+            Ok(served) => (served.plural, namespace),
+            Err(ResolveError::NotServed { .. })
+                if plugin.is_some_and(|p| p.spec.api.group == group) =>
+            {
+                let plugin = plugin.map(|p| p.spec.api.resource.clone());
+                (plugin.unwrap_or_default(), namespace)
+            }
+            Err(error @ ResolveError::NotServed { .. }) => {
+                return Err(invalid(
+                    &format!("{field}.kind"),
+                    format!(
+                        "Invalid value: {kind:?}: {error}, so kplug cannot check the caller's \
+                         right to {} it",
+                        right.verb
+                    ),
+                ));
+            }
+            Err(error @ ResolveError::Discovery { .. }) => {
+                return Err(ApiError::Internal(error.to_string()));
+            }
+        };
+        let attributes = Attributes::object(right, group, &resource, &namespace, &name);
+        match self.delegated.authorize(user, &attributes).await {
+            Ok(()) => Ok(()),
+            Err(AuthError::Forbidden(message)) => Err(ApiError::ForbiddenObject {
+                message,
+                field: field.to_owned(),
+                group: group.to_owned(),
+                resource,
+                name: name.into_owned(),
+            }),
+            Err(other) => Err(other.into()),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The audit log's line for a reconcile: what the request asked, and what
+//! happened to it, filled in as the reconcile goes.
+
+use std::time::Duration;
+
+use axum::response::Response;
+use kplug_proto::trace::TraceParent;
+
+use super::decode::Request;
+use crate::api::status::ApiError;
+use crate::audit::{self, AuditLog};
+use crate::auth::User;
+
+/// What the audit log says of a reconcile beyond its request, filled in
+/// as the reconcile goes.
+#[derive(Default)]
+pub(super) struct Trail {
+    pub operation_id: String,
+    pub plugin: String,
+    pub instance: String,
+    /// The plugin's verdict, when it answered.
+    pub success: Option<bool>,
+}
+
+impl Trail {
+    /// Writes the reconcile's line to `log`.
+    pub(super) fn record(
+        &self,
+        log: &AuditLog,
+        user: &User,
+        request: &Request<'_>,
+        trace: TraceParent,
+        result: &Result<Response, ApiError>,
+        elapsed: Duration,
+    ) {
+        let names = request
+            .spec
+            .object
+            .map(|object| object.head.names())
+            .unwrap_or_default();
+        let (code, outcome, message) = match result {
+            Ok(response) => (
+                response.status().as_u16(),
+                match self.success {
+                    Some(true) => "Success",
+                    _ => "Failure",
+                },
+                String::new(),
+            ),
+            // The message the caller got, in its Status.
+            Err(error) => (
+                error.code().as_u16(),
+                error.reason(),
+                error.to_status().message.unwrap_or_default(),
+            ),
+        };
+        log.record(&audit::Event {
+            timestamp: jiff::Timestamp::now().to_string(),
+            operation_id: &self.operation_id,
+            trace_id: trace.trace_id().to_string(),
+            user: audit::UserRef {
+                username: &user.name,
+                groups: &user.groups,
+            },
+            operation: request.spec.operation.as_deref().unwrap_or("Reconcile"),
+            dry_run: request.spec.dry_run,
+            object_ref: audit::ObjectRef {
+                api_version: &names.api_version,
+                kind: &names.kind,
+                namespace: &names.namespace,
+                name: &names.name,
+            },
+            plugin: &self.plugin,
+            instance: &self.instance,
+            code,
+            outcome,
+            message: &message,
+            duration_seconds: elapsed.as_secs_f64(),
+        });
+    }
+}
