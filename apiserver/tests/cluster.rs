@@ -319,7 +319,7 @@ subjects: [{kind: User, name: someone}]
         json!({"apiVersion": "plugins.kplug.io/v1alpha1", "kind": "Reconcile", "spec": {
             "api": {"group": "myorg.org", "resource": "databasetables"},
             "preferredImplementation": "PostgreSQL",
-            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "metadata": {"name": "accounts"},
+            "object": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "metadata": {"name": "accounts", "namespace": "default"},
                        "spec": {"serverName": "accounts-db", "columns": [{"name": "id", "type": "uint64"}, {"name": "owner", "type": "string"}]}},
         }})
         .to_string(),

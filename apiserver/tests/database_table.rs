@@ -74,7 +74,7 @@ fn table(name: &str, columns: &[(&str, &str)]) -> Value {
     json!({
         "apiVersion": "myorg.org/v1alpha1",
         "kind": "DatabaseTable",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "serverName": "authorization-cluster",
             "columns": columns.iter().map(|(n, t)| json!({"name": n, "type": t})).collect::<Vec<_>>(),
@@ -88,12 +88,13 @@ fn table(name: &str, columns: &[(&str, &str)]) -> Value {
 
 fn extensions(name: &str, engine: &str) -> Value {
     json!([
-        {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTableMariaDbExtension", "metadata": {"name": name}, "spec": {"storageEngine": engine}},
-        {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTablePostgreSqlExtension", "metadata": {"name": name}, "spec": {"partitionBy": "hash"}},
+        {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTableMariaDbExtension", "metadata": {"name": name, "namespace": "default"}, "spec": {"storageEngine": engine}},
+        {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTablePostgreSqlExtension", "metadata": {"name": name, "namespace": "default"}, "spec": {"partitionBy": "hash"}},
     ])
 }
 
-/// `kubectl create -f` a Reconcile for the databasetables API.
+/// `kubectl create -f` a Reconcile for the databasetables API (in the
+/// namespace `default`, the kubeconfig's).
 fn reconcile(
     kplug: &StandaloneKplug,
     preferred: &str,

@@ -191,6 +191,22 @@ fn every_kubectl_version_discovers_gets_and_explains() {
             "{}: {resources}",
             kubectl.display()
         );
+        // Reconciles are namespaced (kubectl create -f posts them to the
+        // namespace's), plugins are not, in either form of discovery.
+        let namespaced = run(&[
+            "api-resources",
+            "--api-group",
+            "plugins.kplug.io",
+            "--namespaced=true",
+            "-o",
+            "name",
+        ]);
+        assert_eq!(
+            namespaced.trim(),
+            "reconciles.plugins.kplug.io",
+            "{}",
+            kubectl.display()
+        );
         let table = run(&["get", "plugins"]);
         assert!(
             table.contains("hello") && table.contains("LAST HEARTBEAT"),

@@ -187,10 +187,11 @@ fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
     );
     let reconcile = |preferred: &str| -> Value {
         let yaml = format!(
-            "apiVersion: plugins.kplug.io/v1alpha1\nkind: Reconcile\nspec:\n  api: {{group: example.com, resource: greetings}}\n  preferredImplementation: {preferred}\n  object: {{apiVersion: example.com/v1, kind: Greeting, metadata: {{name: ada}}}}\n"
+            "apiVersion: plugins.kplug.io/v1alpha1\nkind: Reconcile\nspec:\n  api: {{group: example.com, resource: greetings}}\n  preferredImplementation: {preferred}\n  object: {{apiVersion: example.com/v1, kind: Greeting, metadata: {{name: ada, namespace: team-a}}}}\n"
         );
         let file = write_temp(&kplug, "reconcile.yaml", &yaml);
-        let out = kplug.kubectl_ok(&["create", "-f", &file, "-o", "json"]);
+        // Reconciles are namespaced: kubectl posts to the namespace's.
+        let out = kplug.kubectl_ok(&["create", "-n", "team-a", "-f", &file, "-o", "json"]);
         serde_json::from_str(&out).expect("JSON answer")
     };
     let preferred = reconcile("BONJOUR");
@@ -227,6 +228,83 @@ fn kubectl_create_selects_the_preferred_implementation_or_falls_back() {
             .contains("things.nothing.example.com")
     );
     assert_eq!(status["details"]["retryAfterSeconds"], 1);
+}
+
+/// `namespaces/{namespace}/reconciles` delegates objects of that namespace
+/// only, and answers with the Reconcile in it.
+#[test]
+fn namespaced_reconciles_take_objects_of_their_namespace_only() {
+    let kplug = StandaloneKplug::start();
+    let (_hello, _) = hello(&kplug, "hello", &["--api", GREETINGS]);
+    let in_team_a = "/apis/plugins.kplug.io/v1alpha1/namespaces/team-a/reconciles";
+    let api = json!({"group": "example.com", "resource": "greetings"});
+    let greeting_in = |namespace: Option<&str>| {
+        let mut object = greeting("ada");
+        if let Some(namespace) = namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        object
+    };
+    let (code, answer) = post(
+        &kplug,
+        in_team_a,
+        &request(json!({"api": api, "object": greeting_in(Some("team-a"))})),
+    );
+    assert_eq!(code, 201, "{answer:#}");
+    assert_eq!(answer["metadata"]["namespace"], "team-a", "{answer:#}");
+    assert_eq!(answer["status"]["objectStatus"]["greeting"], "hello, ada");
+
+    for (object, message) in [
+        (
+            greeting_in(Some("team-b")),
+            "spec.object.metadata.namespace: Invalid value: \"team-b\": must be \"team-a\", the namespace of the request",
+        ),
+        (
+            greeting_in(None),
+            "spec.object.metadata.namespace: Required value: must be \"team-a\", the namespace of the request",
+        ),
+    ] {
+        let (code, status) = post(
+            &kplug,
+            in_team_a,
+            &request(json!({"api": api, "object": object})),
+        );
+        assert_eq!(
+            (code, &status["reason"]),
+            (422, &json!("Invalid")),
+            "{status:#}"
+        );
+        assert_eq!(
+            status["details"]["causes"][0]["field"], "spec.object.metadata.namespace",
+            "{status:#}"
+        );
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with(message)),
+            "{status:#}"
+        );
+    }
+    // The Reconcile's own namespace, if it names one, is the path's.
+    let elsewhere = json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "metadata": {"namespace": "team-b"},
+        "spec": {"api": api, "object": greeting_in(Some("team-a"))},
+    });
+    let (code, status) = post(&kplug, in_team_a, &elsewhere.to_string());
+    assert_eq!(
+        (code, &status["reason"]),
+        (400, &json!("BadRequest")),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["message"],
+        "the namespace of the provided object does not match the namespace sent on the request"
+    );
+    // Nothing but create.
+    let (code, status) = kplug.curl("GET", in_team_a, &[], None);
+    assert_eq!(code, 405, "{status}");
 }
 
 /// A request: method, path, Content-Type and body (none when empty).

@@ -83,10 +83,11 @@ pub async fn connect(args: &ConnectionArgs) -> Result<Connection, Error> {
 
 /// What a request to kplug is, for the messages of its failures: `verb` on
 /// `resource` (e.g. `create`, `reconciles.plugins.kplug.io`), about `api`
-/// (the API or plugin a 503 or 404 names).
+/// (the API or plugin a 503 or 404 names), in `namespace` when namespaced.
 pub struct Asked<'a> {
     pub verb: &'a str,
     pub resource: &'a str,
+    pub namespace: Option<&'a str>,
     pub api: &'a str,
 }
 
@@ -100,7 +101,7 @@ pub async fn send_to_kplug(
     let response = client
         .send(request)
         .await
-        .map_err(|e| Error::from_kube(e, asked.verb, asked.resource, None))?;
+        .map_err(|e| Error::from_kube(e, asked.verb, asked.resource, asked.namespace))?;
     let status = response.status();
     let body = response
         .into_body()
@@ -108,13 +109,7 @@ pub async fn send_to_kplug(
         .await
         .map_err(|e| Error::Transport(e.to_string()))?;
     if !status.is_success() {
-        return Err(Error::from_kplug(
-            status,
-            &body,
-            asked.verb,
-            asked.resource,
-            asked.api,
-        ));
+        return Err(Error::from_kplug(status, &body, &asked));
     }
     Ok(body)
 }

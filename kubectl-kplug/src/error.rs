@@ -5,6 +5,8 @@ use http::StatusCode;
 use kplug_operator::ExtensionError;
 use kube::core::Status;
 
+use crate::connect::Asked;
+
 /// The ClusterRole `deploy/clusterroles.yaml` ships for `create reconciles`.
 const OPERATOR_ROLE: &str = "kplug:operator";
 /// The ClusterRole for reading plugins (aggregated into `view`).
@@ -152,7 +154,7 @@ impl Error {
                 resource: resource.to_owned(),
                 namespace: namespace.map(str::to_owned),
                 message: status.message.clone(),
-                hint: hint_for(resource),
+                hint: hint_for(resource, namespace),
             },
             code => Self::Server {
                 code,
@@ -165,13 +167,13 @@ impl Error {
     /// kplug's (or the aggregator's) answer to `create reconciles` or
     /// `list plugins`, when it was not a success. `body` is a `Status` from
     /// kube-apiserver or kplug, or plain text from the aggregator's proxy.
-    pub fn from_kplug(
-        code: StatusCode,
-        body: &[u8],
-        verb: &str,
-        resource: &str,
-        api: &str,
-    ) -> Self {
+    pub fn from_kplug(code: StatusCode, body: &[u8], asked: &Asked<'_>) -> Self {
+        let Asked {
+            verb,
+            resource,
+            namespace,
+            api,
+        } = *asked;
         let status: Option<Status> = serde_json::from_slice(body)
             .ok()
             .filter(|s: &Status| !s.message.is_empty() || s.code != 0);
@@ -195,9 +197,9 @@ impl Error {
             StatusCode::FORBIDDEN => Self::Forbidden {
                 verb: verb.to_owned(),
                 resource: resource.to_owned(),
-                namespace: None,
+                namespace: namespace.map(str::to_owned),
                 message,
-                hint: hint_for(resource),
+                hint: hint_for(resource, namespace),
             },
             // kplug says which plugin it did not find; kube-apiserver's 404
             // for a group nobody serves has no details.
@@ -236,13 +238,17 @@ impl Error {
     }
 }
 
-/// Which role grants a right, for kplug's own resources.
-fn hint_for(resource: &str) -> String {
-    match resource {
-        "reconciles.plugins.kplug.io" => format!(
+/// Which role grants a right, for kplug's own resources; a namespaced
+/// right can also be bound in its namespace alone.
+fn hint_for(resource: &str, namespace: Option<&str>) -> String {
+    match (resource, namespace) {
+        ("reconciles.plugins.kplug.io", Some(namespace)) => format!(
+            "ask a cluster admin to bind the ClusterRole {OPERATOR_ROLE} (or edit) to you with a RoleBinding in the namespace \"{namespace}\" (or a ClusterRoleBinding)"
+        ),
+        ("reconciles.plugins.kplug.io", None) => format!(
             "ask a cluster admin to bind the ClusterRole {OPERATOR_ROLE} (or edit) to you with a ClusterRoleBinding"
         ),
-        "plugins.kplug.io" => format!(
+        ("plugins.kplug.io", _) => format!(
             "ask a cluster admin to bind the ClusterRole {READER_ROLE} (or view) to you with a ClusterRoleBinding"
         ),
         _ => "ask a cluster admin for a Role or ClusterRole that grants it".to_owned(),
@@ -254,14 +260,13 @@ mod tests {
     use super::*;
 
     fn kplug(code: StatusCode, body: &str) -> String {
-        Error::from_kplug(
-            code,
-            body.as_bytes(),
-            "create",
-            "reconciles.plugins.kplug.io",
-            "databasetables.myorg.org",
-        )
-        .to_string()
+        let asked = Asked {
+            verb: "create",
+            resource: "reconciles.plugins.kplug.io",
+            namespace: None,
+            api: "databasetables.myorg.org",
+        };
+        Error::from_kplug(code, body.as_bytes(), &asked).to_string()
     }
 
     #[test]
@@ -277,6 +282,32 @@ mod tests {
         assert!(text.contains("kplug:operator"), "{text}");
         assert!(
             text.contains("kubectl auth can-i create reconciles.plugins.kplug.io`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_namespaced_refusal_offers_a_role_binding_there() {
+        let asked = Asked {
+            verb: "create",
+            resource: "reconciles.plugins.kplug.io",
+            namespace: Some("team-a"),
+            api: "databasetables.myorg.org",
+        };
+        let body = r#"{"kind":"Status","code":403,"reason":"Forbidden","message":"reconciles.plugins.kplug.io is forbidden: User \"op\" cannot create resource \"reconciles\" in API group \"plugins.kplug.io\" in the namespace \"team-a\""}"#;
+        let text = Error::from_kplug(StatusCode::FORBIDDEN, body.as_bytes(), &asked).to_string();
+        assert!(
+            text.starts_with(
+                "you may not create reconciles.plugins.kplug.io in namespace \"team-a\": "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("with a RoleBinding in the namespace \"team-a\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubectl auth can-i create reconciles.plugins.kplug.io -n team-a`"),
             "{text}"
         );
     }

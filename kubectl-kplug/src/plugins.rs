@@ -31,6 +31,7 @@ async fn list(client: &Client) -> Result<(Value, Vec<Listed>), Error> {
     let asked = Asked {
         verb: "list",
         resource: PLUGINS,
+        namespace: None,
         api: "plugins",
     };
     let body = send_to_kplug(client, request, asked).await?;

@@ -8,7 +8,7 @@ use std::io::Write;
 use http::{Method, Request, header};
 use kplug_api::v1alpha1::{ApiSelector, Operation, Reconcile, ReconcileStatus};
 use kplug_operator::binding::{bound_implementation, bound_major_version, version_constraint};
-use kplug_operator::delegate::{Delegation, request_body};
+use kplug_operator::delegate::{Delegation, reconciles_path, request_body};
 use kplug_operator::extensions::{Resolver, parse_references};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -20,7 +20,6 @@ use crate::error::Error;
 use crate::output::{self, Subject};
 use crate::resource::{self, Resolved, Target};
 
-const RECONCILES_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
 const RECONCILES: &str = "reconciles.plugins.kplug.io";
 
 /// The object, read with the user's credentials.
@@ -53,20 +52,22 @@ fn string_at<'a>(object: &'a DynamicObject, path: &kplug_operator::FieldPath) ->
         .filter(|s| !s.is_empty())
 }
 
-/// Sends the Reconcile; returns kplug's answer as sent (for `-o`) and typed.
+/// Sends the Reconcile of `object` where the operator would (in the
+/// object's namespace); returns kplug's answer as sent (for `-o`) and typed.
 async fn send(
     client: &Client,
+    object: &DynamicObject,
     body: &Reconcile,
-    dry_run: bool,
     api: &str,
 ) -> Result<(Value, ReconcileStatus), Error> {
     let bytes = serde_json::to_vec(body).map_err(|e| Error::Output(e.to_string()))?;
+    let path = reconciles_path(object);
     // ?dryRun=All is what kubectl --dry-run=server sends; kplug also reads
     // spec.dryRun, which the body carries, so either alone would do.
-    let uri = if dry_run {
-        format!("{RECONCILES_PATH}?dryRun=All")
+    let uri = if body.spec.dry_run {
+        format!("{path}?dryRun=All")
     } else {
-        RECONCILES_PATH.to_owned()
+        path
     };
     let request = Request::builder()
         .method(Method::POST)
@@ -78,6 +79,7 @@ async fn send(
     let asked = Asked {
         verb: "create",
         resource: RECONCILES,
+        namespace: object.metadata.namespace.as_deref(),
         api,
     };
     let answer = send_to_kplug(client, request, asked).await?;
@@ -165,7 +167,7 @@ pub async fn run(
         let request = serde_json::to_value(&body).map_err(|e| Error::Output(e.to_string()))?;
         return print(&print_as(args.output.unwrap_or(Format::Yaml), &request)?);
     }
-    let (raw, outcome) = send(client, &body, body.spec.dry_run, &api.qualified_resource()).await?;
+    let (raw, outcome) = send(client, &object, &body, &api.qualified_resource()).await?;
     match args.output {
         Some(format) => print(&print_as(format, &raw)?)?,
         None => {

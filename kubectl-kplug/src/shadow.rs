@@ -28,6 +28,7 @@ async fn get(client: &Client, plugin: &str) -> Result<PluginShadow, Error> {
     let asked = Asked {
         verb: "get",
         resource: RESOURCE,
+        namespace: None,
         api: plugin,
     };
     let body = send_to_kplug(client, request, asked).await?;

@@ -216,8 +216,8 @@ fn kubectl_kplug_on_a_real_control_plane() {
         &["reconcile", "databasetable/users", "-n", "default"],
     ));
     assert!(
-        denied.contains("you may not create reconciles.plugins.kplug.io: ")
-            && denied.contains("kplug:operator"),
+        denied.contains("you may not create reconciles.plugins.kplug.io in namespace \"default\": ")
+            && denied.contains("bind the ClusterRole kplug:operator (or edit) to you with a RoleBinding in the namespace \"default\""),
         "{denied}"
     );
     let unlisted = fails(&cli.run(&reader, &["plugins"]));

@@ -14,7 +14,7 @@ use kube::api::DynamicObject;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-const RECONCILES_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/reconciles";
+const GROUP_VERSION_PATH: &str = "/apis/plugins.kplug.io/v1alpha1";
 
 /// How long to wait before a retry when kplug says to retry but not when.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -180,6 +180,18 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
     })
 }
 
+/// Where the reconcile of `object` is created: in the object's namespace,
+/// so that an operator bound by a RoleBinding there may delegate it, or at
+/// the cluster scope for a cluster-scoped object.
+pub fn reconciles_path(object: &DynamicObject) -> String {
+    match object.metadata.namespace.as_deref() {
+        Some(namespace) if !namespace.is_empty() => {
+            format!("{GROUP_VERSION_PATH}/namespaces/{namespace}/reconciles")
+        }
+        _ => format!("{GROUP_VERSION_PATH}/reconciles"),
+    }
+}
+
 /// Classifies a non-success answer.
 fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -> DelegateError {
     let parsed: StatusBody = serde_json::from_slice(body).unwrap_or_else(|_| StatusBody {
@@ -237,7 +249,7 @@ pub async fn delegate(
         .map_err(|e| DelegateError::Decode(format!("encoding the request: {e}")))?;
     let mut request = Request::builder()
         .method(Method::POST)
-        .uri(RECONCILES_PATH)
+        .uri(reconciles_path(delegation.object))
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json");
     if let Some(traceparent) = &delegation.traceparent {
@@ -271,6 +283,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn reconciles_are_created_in_the_objects_namespace() {
+        let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "example.com",
+            "v1",
+            "Widget",
+        ));
+        let namespaced = DynamicObject::new("w", &resource).within("team-a");
+        assert_eq!(
+            reconciles_path(&namespaced),
+            "/apis/plugins.kplug.io/v1alpha1/namespaces/team-a/reconciles"
+        );
+        let cluster_scoped = DynamicObject::new("w", &resource);
+        assert_eq!(
+            reconciles_path(&cluster_scoped),
+            "/apis/plugins.kplug.io/v1alpha1/reconciles"
+        );
+    }
 
     #[test]
     fn the_body_carries_the_object_without_managed_fields() {

@@ -21,6 +21,9 @@ struct Served {
     name: &'static str,
     singular: &'static str,
     kind: &'static str,
+    /// Served under `namespaces/{namespace}/` (a subresource shares its
+    /// resource's scope).
+    namespaced: bool,
     verbs: &'static [&'static str],
     short_names: &'static [&'static str],
     categories: &'static [&'static str],
@@ -31,6 +34,7 @@ const RESOURCES: &[Served] = &[
         name: "plugins",
         singular: "plugin",
         kind: "Plugin",
+        namespaced: false,
         verbs: &["delete", "get", "list", "watch"],
         short_names: &["plg"],
         categories: &["kplug"],
@@ -39,6 +43,7 @@ const RESOURCES: &[Served] = &[
         name: "plugins/reconcile",
         singular: "",
         kind: "Reconcile",
+        namespaced: false,
         verbs: &["create"],
         short_names: &[],
         categories: &[],
@@ -47,6 +52,7 @@ const RESOURCES: &[Served] = &[
         name: "plugins/shadow",
         singular: "",
         kind: "PluginShadow",
+        namespaced: false,
         verbs: &["get"],
         short_names: &[],
         categories: &[],
@@ -55,6 +61,7 @@ const RESOURCES: &[Served] = &[
         name: "reconciles",
         singular: "reconcile",
         kind: "Reconcile",
+        namespaced: true,
         verbs: &["create"],
         short_names: &[],
         categories: &[],
@@ -89,7 +96,7 @@ fn resource_list() -> APIResourceList {
             .map(|r| APIResource {
                 name: r.name.to_owned(),
                 singular_name: r.singular.to_owned(),
-                namespaced: false,
+                namespaced: r.namespaced,
                 kind: r.kind.to_owned(),
                 verbs: strings(r.verbs),
                 short_names: (!r.short_names.is_empty()).then(|| strings(r.short_names)),
@@ -120,7 +127,7 @@ fn aggregated_group() -> Value {
             json!({
                 "resource": r.name,
                 "responseKind": {"group": GROUP, "version": VERSION, "kind": r.kind},
-                "scope": "Cluster",
+                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
                 "singularResource": r.singular,
                 "verbs": r.verbs,
                 "shortNames": r.short_names,
@@ -239,5 +246,17 @@ mod tests {
         assert_eq!(plugins["scope"], "Cluster");
         assert_eq!(plugins["categories"][0], "kplug");
         assert_eq!(plugins["responseKind"]["kind"], "Plugin");
+    }
+
+    #[test]
+    fn reconciles_are_namespaced_in_both_forms() {
+        let list = resource_list();
+        let legacy = list.resources.iter().find(|r| r.name == "reconciles");
+        assert_eq!(legacy.map(|r| r.namespaced), Some(true));
+        let group = aggregated_group();
+        let resources = group["versions"][0]["resources"].as_array();
+        let reconciles =
+            resources.and_then(|all| all.iter().find(|r| r["resource"] == "reconciles"));
+        assert_eq!(reconciles.map(|r| &r["scope"]), Some(&json!("Namespaced")));
     }
 }

@@ -57,8 +57,16 @@ enum Route {
 struct RequestLabels {
     verb: &'static str,
     route: Route,
-    /// A request for a named object (`resource`) or a collection (`cluster`).
-    named: bool,
+    scope: Scope,
+}
+
+/// kube-apiserver's `scope` label: a named object, a collection in a
+/// namespace, or one across the cluster.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Scope {
+    Resource,
+    Namespace,
+    Cluster,
 }
 
 impl RequestLabels {
@@ -70,10 +78,11 @@ impl RequestLabels {
             Route::Reconciles => (GROUP, VERSION, "reconciles", ""),
             Route::Other => ("", "", "", ""),
         };
-        let scope = match (self.route, self.named) {
+        let scope = match (self.route, self.scope) {
             (Route::Other, _) => "",
-            (_, true) => "resource",
-            (_, false) => "cluster",
+            (_, Scope::Resource) => "resource",
+            (_, Scope::Namespace) => "namespace",
+            (_, Scope::Cluster) => "cluster",
         };
         [
             ("verb", self.verb),
@@ -307,12 +316,13 @@ fn classify(info: RequestInfo<'_>) -> RequestLabels {
     let unknown = |verb| RequestLabels {
         verb,
         route: Route::Other,
-        named: false,
+        scope: Scope::Cluster,
     };
     match info {
         RequestInfo::NonResource { method, .. } => unknown(method_verb(method)),
         RequestInfo::Resource {
             verb,
+            namespace,
             resource,
             subresource,
             name,
@@ -323,10 +333,15 @@ fn classify(info: RequestInfo<'_>) -> RequestLabels {
                 ("reconciles", "") => Route::Reconciles,
                 _ => return unknown(resource_verb(verb)),
             };
+            let scope = match (name.is_empty(), namespace.is_empty()) {
+                (false, _) => Scope::Resource,
+                (true, false) => Scope::Namespace,
+                (true, true) => Scope::Cluster,
+            };
             RequestLabels {
                 verb: resource_verb(verb),
                 route,
-                named: !name.is_empty(),
+                scope,
             }
         }
     }
@@ -425,8 +440,17 @@ mod tests {
             None,
         );
         assert_eq!(
-            (reconciles.verb, reconciles.resource),
-            ("POST", "reconciles")
+            (reconciles.verb, reconciles.resource, reconciles.scope),
+            ("POST", "reconciles", "cluster")
+        );
+        let in_namespace = labels(
+            Method::POST,
+            &format!("/apis/{GROUP}/{VERSION}/namespaces/team-a/reconciles"),
+            None,
+        );
+        assert_eq!(
+            (in_namespace.verb, in_namespace.resource, in_namespace.scope),
+            ("POST", "reconciles", "namespace")
         );
     }
 

@@ -90,6 +90,12 @@ pub fn router(
                 .layer(body_limit),
         )
         .route(
+            &format!("/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/reconciles"),
+            post(reconcile::create_in_namespace)
+                .fallback(method_not_allowed)
+                .layer(body_limit),
+        )
+        .route(
             &format!("{collection}/{{name}}/shadow"),
             get(shadow::get).fallback(method_not_allowed),
         )

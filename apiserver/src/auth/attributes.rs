@@ -33,6 +33,8 @@ pub enum Attributes {
 pub enum RequestInfo<'a> {
     Resource {
         verb: &'static str,
+        /// As sent (percent-encoded); empty for the cluster scope.
+        namespace: &'a str,
         resource: &'a str,
         /// Everything after the name, e.g. `reconcile`.
         subresource: &'a str,
@@ -56,6 +58,18 @@ impl<'a> RequestInfo<'a> {
         let Some(rest) = rest else {
             return Self::NonResource { method, path };
         };
+        // `namespaces/{namespace}/...` scopes what follows, as in
+        // kube-apiserver; `namespaces/{namespace}` alone would be the
+        // Namespace itself, which kplug does not serve.
+        let (namespace, rest) = match rest.strip_prefix("namespaces/") {
+            Some(scoped) => match scoped.split_once('/') {
+                Some((namespace, rest)) if !namespace.is_empty() && !rest.is_empty() => {
+                    (namespace, rest)
+                }
+                _ => ("", rest),
+            },
+            None => ("", rest),
+        };
         let (resource, rest) = rest.split_once('/').unwrap_or((rest, ""));
         let (name, subresource) = rest.split_once('/').unwrap_or((rest, ""));
         let watch = query.is_some_and(asks_to_watch);
@@ -72,6 +86,7 @@ impl<'a> RequestInfo<'a> {
         };
         Self::Resource {
             verb,
+            namespace,
             resource,
             subresource,
             name,
@@ -90,6 +105,13 @@ fn asks_to_watch(query: &str) -> bool {
         .any(|(key, value)| key == "watch" && !matches!(&*value, "" | "false" | "0"))
 }
 
+/// A path segment as axum's `Path` decodes it for the handler.
+fn decoded(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 impl Attributes {
     /// Classifies a request the way kube-apiserver's RequestInfo does. The
     /// name is percent-decoded as axum's `Path` decodes it for the handler.
@@ -97,6 +119,7 @@ impl Attributes {
         match RequestInfo::parse(method, path, query) {
             RequestInfo::Resource {
                 verb,
+                namespace,
                 resource,
                 subresource,
                 name,
@@ -105,10 +128,8 @@ impl Attributes {
                 group: GROUP.to_owned(),
                 resource: resource.to_owned(),
                 subresource: subresource.to_owned(),
-                namespace: String::new(),
-                name: percent_encoding::percent_decode_str(name)
-                    .decode_utf8_lossy()
-                    .into_owned(),
+                namespace: decoded(namespace),
+                name: decoded(name),
             },
             RequestInfo::NonResource { method, path } => Self::NonResource {
                 verb: method.as_str().to_lowercase(),
@@ -239,6 +260,35 @@ mod tests {
         assert_eq!(
             of(Method::POST, &format!("{p}/reconciles"), None),
             resource("create", "reconciles", "", "")
+        );
+        let in_team_a = |resource: &str| Attributes::Resource {
+            verb: "create".to_owned(),
+            group: GROUP.to_owned(),
+            resource: resource.to_owned(),
+            subresource: String::new(),
+            namespace: "team-a".to_owned(),
+            name: String::new(),
+        };
+        assert_eq!(
+            of(
+                Method::POST,
+                &format!("{p}/namespaces/team-a/reconciles"),
+                None
+            ),
+            in_team_a("reconciles")
+        );
+        assert_eq!(
+            of(
+                Method::POST,
+                &format!("{p}/namespaces/te%61m-a/reconciles"),
+                None
+            ),
+            in_team_a("reconciles")
+        );
+        // The Namespace itself, not a scope.
+        assert_eq!(
+            of(Method::GET, &format!("{p}/namespaces/team-a"), None),
+            resource("get", "namespaces", "", "team-a")
         );
         assert_eq!(
             of(Method::GET, p, None),

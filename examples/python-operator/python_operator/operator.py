@@ -2,7 +2,8 @@
 
 It watches one custom resource. For each object whose spec changed, or that
 is being deleted, it reads the extension objects that ``spec.extensions``
-names, makes ONE API call, ``POST /apis/plugins.kplug.io/v1alpha1/reconciles``,
+names, makes ONE API call,
+``POST /apis/plugins.kplug.io/v1alpha1/namespaces/NAMESPACE/reconciles``,
 and writes the plugin's answer to the object's status, the extensions' status
 and an Event. It knows nothing of what the resource means: the plugins do. It
 needs nothing but the official ``kubernetes`` client, which is the point: any
@@ -36,7 +37,7 @@ Key = tuple[str, str]  # (namespace, name)
 Ref = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
 
 FINALIZER = "kplug.io/python-operator"
-RECONCILES = "/apis/plugins.kplug.io/v1alpha1/reconciles"
+GROUP_VERSION = "/apis/plugins.kplug.io/v1alpha1"
 # Status keys the operator owns: a plugin's objectStatus cannot overwrite them.
 OWN_KEYS = ("implementation", "plugin", "selection", "observedGeneration", "conditions")
 FIRST_RETRY, LAST_RETRY = 2.0, 60.0  # seconds: exponential backoff after failures
@@ -104,6 +105,12 @@ def extension_refs(obj: Object) -> list[Ref]:
         namespace = entry.get("namespace") or obj["metadata"].get("namespace", "")
         refs.append((entry["apiVersion"], entry["kind"], namespace, entry["name"]))
     return refs
+
+
+def reconciles_path(obj: Object) -> str:
+    """Where the Reconcile of ``obj`` is created: in the object's namespace, so that a RoleBinding there can grant it."""
+    namespace = obj["metadata"].get("namespace")
+    return f"{GROUP_VERSION}/namespaces/{namespace}/reconciles" if namespace else f"{GROUP_VERSION}/reconciles"
 
 
 def ref_of(obj: Object) -> Ref:
@@ -401,7 +408,7 @@ class Operator:
         operation = "Finalize" if deleting else "Reconcile"
         try:
             body = reconcile_body(self.resource, obj, extensions, operation)
-            answer = self._call("post", RECONCILES, body, _request_timeout=60).get("status") or {}
+            answer = self._call("post", reconciles_path(obj), body, _request_timeout=60).get("status") or {}
         except ApiException as error:
             raise delegation_error(error) from error
         ok, plugin, text = bool(answer.get("success")), answer.get("plugin") or {}, results_text(answer)

@@ -23,6 +23,7 @@ from python_operator.operator import (
     merged,
     needs_reconcile,
     reconcile_body,
+    reconciles_path,
     status_patch,
 )
 
@@ -125,6 +126,13 @@ def test_reconcile_body_for_a_bound_object_requires_its_implementation() -> None
 
 
 # --- extension references -------------------------------------------------------------
+
+
+def test_reconciles_are_created_in_the_objects_namespace() -> None:
+    assert reconciles_path(table()) == "/apis/plugins.kplug.io/v1alpha1/namespaces/shop/reconciles"
+    cluster_scoped = table()
+    del cluster_scoped["metadata"]["namespace"]
+    assert reconciles_path(cluster_scoped) == "/apis/plugins.kplug.io/v1alpha1/reconciles"
 
 
 def test_extension_refs_default_to_the_objects_namespace() -> None:

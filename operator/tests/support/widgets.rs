@@ -150,6 +150,11 @@ impl Widgets {
 
     /// As [`Widgets::operator`], as the identity in `kubeconfig`.
     pub fn operator_as(&self, resource: &str, kubeconfig: &Path) -> Command {
+        self.operator_in("default", resource, kubeconfig)
+    }
+
+    /// As [`Widgets::operator_as`], for the objects of `namespace`.
+    pub fn operator_in(&self, namespace: &str, resource: &str, kubeconfig: &Path) -> Command {
         let mut command = Command::new(workspace_binary("kplug-operator"));
         command
             .args([
@@ -157,7 +162,7 @@ impl Widgets {
                 resource,
                 "--leader-elect=false",
                 "--namespace",
-                "default",
+                namespace,
                 "--metrics-bind-address",
                 "127.0.0.1:0",
             ])
@@ -176,8 +181,18 @@ impl Widgets {
 
     /// As [`Widgets::run_operator`], as the identity in `kubeconfig`.
     pub fn run_operator_as(&self, kubeconfig: &Path, extra: &[&str]) -> (Process, Lines) {
+        self.run_operator_in("default", kubeconfig, extra)
+    }
+
+    /// As [`Widgets::run_operator_as`], for the widgets of `namespace`.
+    pub fn run_operator_in(
+        &self,
+        namespace: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> (Process, Lines) {
         let mut child = self
-            .operator_as("widgets.test.kplug.io", kubeconfig)
+            .operator_in(namespace, "widgets.test.kplug.io", kubeconfig)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -228,15 +243,25 @@ impl Widgets {
     }
 
     pub fn get(&self, name: &str) -> Result<Value, String> {
+        self.get_in("default", name)
+    }
+
+    /// The Widget `namespace/name`.
+    pub fn get_in(&self, namespace: &str, name: &str) -> Result<Value, String> {
         let output = self
             .cluster
-            .kubectl(&["get", "widget", name, "-n", "default", "-o", "json"]);
+            .kubectl(&["get", "widget", name, "-n", namespace, "-o", "json"]);
         serde_json::from_slice(&output.stdout).map_err(|_| output_text(&output))
     }
 
     /// The Widget's Ready condition, once it has one.
     pub fn ready(&self, name: &str) -> Result<Value, String> {
-        let object = self.get(name)?;
+        self.ready_in("default", name)
+    }
+
+    /// The Ready condition of the Widget `namespace/name`, once it has one.
+    pub fn ready_in(&self, namespace: &str, name: &str) -> Result<Value, String> {
+        let object = self.get_in(namespace, name)?;
         let conditions = object["status"]["conditions"]
             .as_array()
             .cloned()

@@ -56,6 +56,7 @@ fn both_documents_parse() {
         format!("{collection}/{{name}}/reconcile"),
         format!("{collection}/{{name}}/shadow"),
         "/apis/plugins.kplug.io/v1alpha1/reconciles".to_owned(),
+        "/apis/plugins.kplug.io/v1alpha1/namespaces/{namespace}/reconciles".to_owned(),
     ] {
         assert!(v3.paths.paths.contains_key(&path), "{path}");
     }
@@ -125,7 +126,11 @@ fn kinds_carry_their_group_version_kind() {
             "get {shadow}"
         );
     }
-    for path in ["plugins/{name}/reconcile", "reconciles"] {
+    for path in [
+        "plugins/{name}/reconcile",
+        "reconciles",
+        "namespaces/{namespace}/reconciles",
+    ] {
         let path = format!("/apis/{GROUP}/{VERSION}/{path}");
         for document in [&v3, &v2] {
             assert_eq!(
@@ -157,6 +162,10 @@ fn reconciles_are_created_by_post() {
             "createPluginsKplugIoV1alpha1PluginReconcile",
         ),
         ("reconciles", "createPluginsKplugIoV1alpha1Reconcile"),
+        (
+            "namespaces/{namespace}/reconciles",
+            "createPluginsKplugIoV1alpha1NamespacedReconcile",
+        ),
     ] {
         let path = format!("/apis/{GROUP}/{VERSION}/{path}");
         let item = v2["paths"][&path].as_object().unwrap();
@@ -182,7 +191,7 @@ fn reconciles_are_created_by_post() {
         assert_eq!(
             codes,
             [
-                "201", "400", "401", "404", "413", "415", "422", "429", "500", "503", "504"
+                "201", "400", "401", "403", "404", "413", "415", "422", "429", "500", "503", "504"
             ]
         );
         assert_eq!(
@@ -210,10 +219,18 @@ fn reconciles_are_created_by_post() {
             format!("{V3_SCHEMA_REF}{status}")
         );
     }
-    let subresource = format!("/apis/{GROUP}/{VERSION}/plugins/{{name}}/reconcile");
-    let name = &v2["paths"][&subresource]["parameters"][0];
-    assert_eq!(name["in"], "path");
-    assert_eq!(name["required"], true);
+    for (path, parameter) in [
+        ("plugins/{name}/reconcile", "name"),
+        ("namespaces/{namespace}/reconciles", "namespace"),
+    ] {
+        let path = format!("/apis/{GROUP}/{VERSION}/{path}");
+        let named = &v2["paths"][&path]["parameters"][0];
+        assert_eq!(
+            (&named["name"], &named["in"], &named["required"]),
+            (&json!(parameter), &json!("path"), &json!(true)),
+            "{path}"
+        );
+    }
 }
 
 /// The objects a Reconcile carries are whatever the plugin's API

@@ -297,6 +297,32 @@ fn path_items() -> Vec<(String, Value)> {
                 ),
             }),
         ),
+        (
+            format!(
+                "/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{}",
+                Reconcile::PLURAL
+            ),
+            json!({
+                "parameters": [{
+                    "name": "namespace",
+                    "in": "path",
+                    "description": "object name and auth scope, such as for teams and projects",
+                    "required": true,
+                    "schema": { "type": "string" },
+                }],
+                "post": create_reconcile(
+                    &tags,
+                    &operation_id("create", &format!("Namespaced{}", Reconcile::KIND)),
+                    &format!(
+                        "create a {reconcile} of an object in this namespace: as a {reconcile} \
+                         at the cluster scope, for a spec.object whose metadata.namespace is \
+                         the namespace of the path, so that a RoleBinding in the namespace can \
+                         grant it",
+                        reconcile = Reconcile::KIND,
+                    ),
+                ),
+            }),
+        ),
     ]
 }
 
@@ -341,16 +367,23 @@ fn create_reconcile(tags: &Value, operation_id: &str, description: &str) -> Valu
             },
             "400": failure(
                 "Bad Request: the body or a query parameter cannot be decoded, unknown \
-                 fields with fieldValidation=Strict, or the plugin does not support the \
-                 operation or dry run",
+                 fields with fieldValidation=Strict, metadata.namespace is not the \
+                 namespace of the path, or the plugin does not support the operation or \
+                 dry run",
             ),
             "401": { "description": "Unauthorized" },
+            "403": failure(
+                "Forbidden: the caller does not hold, on spec.object or an extension, the \
+                 right a controller of that object holds (update on its status to \
+                 reconcile it, on its finalizers to finalize it, get for a dry run and on \
+                 each extension)",
+            ),
             "404": failure("Not Found: no Plugin has the requested name"),
             "413": failure("Request Entity Too Large: the body is larger than the server accepts"),
             "415": failure("Unsupported Media Type: the body is not application/json"),
             "422": failure(
                 "Invalid: spec.object or an extension is not a Kubernetes object, \
-                 spec.timeoutSeconds is out of range, spec.api is missing or not served by \
+                 spec.object is not in the namespace of the path, spec.timeoutSeconds is out of range, spec.api is missing or not served by \
                  the requested plugin, spec.plugin contradicts the path, or the plugin \
                  rejected the object",
             ),

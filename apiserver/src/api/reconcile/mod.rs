@@ -41,6 +41,15 @@ pub use kplug_api::answer::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 pub use shadow::ShadowRunner;
 use trail::Trail;
 
+/// What the request's path names besides the resource: the plugin of
+/// `plugins/{name}/reconcile`, the namespace of
+/// `namespaces/{namespace}/reconciles`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Addressed<'a> {
+    plugin: Option<&'a str>,
+    namespace: Option<&'a str>,
+}
+
 /// Query parameters of a create.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -196,6 +205,29 @@ fn check_object(field: &str, value: Option<&Object<'_>>) -> Result<(), ApiError>
     Ok(())
 }
 
+/// A namespaced reconcile acts on an object of its namespace only: the
+/// extensions, wherever they are, answer to the object checks.
+fn check_namespace(object: Option<&Object<'_>>, namespace: &str) -> Result<(), ApiError> {
+    let field = "spec.object.metadata.namespace";
+    let sent = object
+        .and_then(|object| object.head.namespace)
+        .map(decode::Text::value)
+        .unwrap_or_default();
+    if sent == namespace {
+        Ok(())
+    } else if sent.is_empty() {
+        Err(invalid(
+            field,
+            format!("Required value: must be {namespace:?}, the namespace of the request"),
+        ))
+    } else {
+        Err(invalid(
+            field,
+            format!("Invalid value: {sent:?}: must be {namespace:?}, the namespace of the request"),
+        ))
+    }
+}
+
 /// The operation asked for; `Err` holds an unsupported name.
 fn operation(spec: &Spec<'_>) -> Result<Operation, ApiError> {
     match spec.operation.as_deref() {
@@ -216,7 +248,11 @@ struct Asked {
 }
 
 /// Checks the request; returns what it asks for.
-fn validate(request: &Request<'_>, settings: &ReconcileSettings) -> Result<Asked, ApiError> {
+fn validate(
+    request: &Request<'_>,
+    settings: &ReconcileSettings,
+    namespace: Option<&str>,
+) -> Result<Asked, ApiError> {
     if !request.api_version.is_empty() && request.api_version != API_VERSION {
         return Err(ApiError::BadRequest(format!(
             "apiVersion {:?} is not {API_VERSION}",
@@ -233,6 +269,9 @@ fn validate(request: &Request<'_>, settings: &ReconcileSettings) -> Result<Asked
     let spec = &request.spec;
     let operation = operation(spec)?;
     check_object("spec.object", spec.object.as_ref())?;
+    if let Some(namespace) = namespace {
+        check_namespace(spec.object.as_ref(), namespace)?;
+    }
     for (i, extension) in spec.extensions.iter().enumerate() {
         check_object(&format!("spec.extensions[{i}]"), Some(extension))?;
     }
@@ -357,7 +396,7 @@ async fn delegate(
     body: &Bytes,
     request: Request<'_>,
     warnings: Vec<String>,
-    pinned: Option<&str>,
+    addressed: Addressed<'_>,
     trace: Option<TraceParent>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
@@ -366,7 +405,7 @@ async fn delegate(
     let trace = trace.unwrap_or_else(TraceParent::new_root).child();
     let mut trail = Trail::default();
     let result = reconcile(
-        &state, user, body, &request, warnings, pinned, trace, &mut trail,
+        &state, user, body, &request, warnings, addressed, trace, &mut trail,
     )
     .await;
     if let Some(log) = &state.audit {
@@ -385,7 +424,7 @@ async fn reconcile(
     body: &Bytes,
     request: &Request<'_>,
     warnings: Vec<String>,
-    pinned: Option<&str>,
+    addressed: Addressed<'_>,
     trace: TraceParent,
     trail: &mut Trail,
 ) -> Result<Response, ApiError> {
@@ -393,7 +432,7 @@ async fn reconcile(
         operation,
         timeout,
         versions,
-    } = validate(request, &state.reconcile)?;
+    } = validate(request, &state.reconcile, addressed.namespace)?;
     let spec = &request.spec;
     let (plugin, selection) = state
         .registry
@@ -403,7 +442,7 @@ async fn reconcile(
                 spec.required_implementation.as_deref(),
                 spec.preferred_implementation.as_deref(),
             ),
-            pinned.or(spec.plugin.as_deref()),
+            addressed.plugin.or(spec.plugin.as_deref()),
             versions.as_ref(),
         )
         .map_err(select_error)?;
@@ -525,19 +564,24 @@ pub async fn subresource(
             format!("Invalid value: {pinned:?}: must be empty or {name:?}, the plugin in the path"),
         ));
     }
+    let addressed = Addressed {
+        plugin: Some(&name),
+        namespace: None,
+    };
     delegate(
         state,
         &user,
         &received.body,
         request,
         warnings,
-        Some(&name),
+        addressed,
         trace_parent(&headers),
     )
     .await
 }
 
-/// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the plugin.
+/// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the
+/// plugin, for an object in any namespace.
 pub async fn create(
     State(state): State<AppState>,
     Extension(user): Extension<Arc<User>>,
@@ -547,6 +591,50 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
     let (request, warnings) = received.decode()?;
+    select_and_delegate(state, &user, &headers, &received, request, warnings, None).await
+}
+
+/// `POST /apis/plugins.kplug.io/v1alpha1/namespaces/{namespace}/reconciles`:
+/// as [`create`], for an object of that namespace only, so that a
+/// RoleBinding in the namespace can grant it.
+pub async fn create_in_namespace(
+    State(state): State<AppState>,
+    Extension(user): Extension<Arc<User>>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
+    let (mut request, warnings) = received.decode()?;
+    match request.metadata.namespace.as_deref() {
+        // kube-apiserver's words for the same mismatch.
+        Some(sent) if !sent.is_empty() && sent != namespace => {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the \
+                 request"
+                    .to_owned(),
+            ));
+        }
+        _ => request.metadata.namespace = Some(namespace.clone()),
+    }
+    let namespace = Some(namespace.as_str());
+    select_and_delegate(
+        state, &user, &headers, &received, request, warnings, namespace,
+    )
+    .await
+}
+
+/// What `reconciles` checks before delegating: the selection is complete.
+async fn select_and_delegate(
+    state: AppState,
+    user: &User,
+    headers: &HeaderMap,
+    received: &Received,
+    request: Request<'_>,
+    warnings: Vec<String>,
+    namespace: Option<&str>,
+) -> Result<Response, ApiError> {
     if request.spec.plugin.is_none() {
         match &request.spec.api {
             None => {
@@ -564,14 +652,18 @@ pub async fn create(
             Some(_) => {}
         }
     }
+    let addressed = Addressed {
+        plugin: None,
+        namespace,
+    };
     delegate(
         state,
-        &user,
+        user,
         &received.body,
         request,
         warnings,
-        None,
-        trace_parent(&headers),
+        addressed,
+        trace_parent(headers),
     )
     .await
 }
