@@ -1,7 +1,9 @@
 """A reconcile acts only on what its caller may touch, on the real cluster, with kplug and the DatabaseTable
 plugins installed by the READMEs: an identity that may create reconciles and nothing else forges a Finalize of
 another team's DatabaseTable; kplug refuses it in kube-apiserver's words before any plugin is called, and writes
-an audit line for it. Given the right a controller of that object holds, the same call reaches the plugin.
+an audit line for it. Given the right a controller of that object holds, the same call reaches the plugin. And a
+team's identity bound in its namespace alone reconciles there through ``namespaces/team-a/reconciles``, and nowhere
+else.
 """
 
 from __future__ import annotations
@@ -28,6 +30,32 @@ FORGED = json.dumps({
         },
     },
 })
+
+
+def reconcile_in(namespace: str, name: str) -> str:
+    """A dry-run Reconcile, pinned to the PostgreSQL plugin, of the DatabaseTable ``namespace/name``."""
+    return json.dumps({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {
+            "plugin": PLUGIN,
+            "dryRun": True,
+            "object": {
+                "apiVersion": "myorg.org/v1alpha1",
+                "kind": "DatabaseTable",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"serverName": "nowhere", "columns": [{"name": "id", "type": "uint64"}]},
+            },
+        },
+    })
+
+
+def kubectl_create_as(cluster: Cluster, who: str, namespace: str, body: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl create -f -`` of a Reconcile: kubectl posts it to the namespace's reconciles (discovery says so)."""
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", cluster.kubeconfig, f"--as={who}", "-n", namespace, "create", "-f", "-", "-o", "json"],
+        input=body, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
 
 
 def reconcile_as(cluster: Cluster, who: str, body: str) -> subprocess.CompletedProcess[str]:
@@ -97,3 +125,55 @@ subjects: [{{kind: User, name: "{INTRUDER}"}}]
         30,
     )
     assert event["instance"] == answer["status"]["plugin"]["instance"] and event["operationId"] == answer["status"]["operationId"], (event, answer)
+
+
+TEAM_A_OPERATOR = "system:serviceaccount:team-a:tables-operator"
+
+
+def test_an_identity_bound_in_its_namespace_reconciles_there_and_nowhere_else(installed: Installed) -> None:
+    cluster = installed.cluster
+    for namespace in ("team-a", "team-b"):
+        cluster.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n")
+    # Everything in team-a: create reconciles there, get its DatabaseTables (what a dry run needs).
+    cluster.apply(
+        f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: tables-reader, namespace: team-a}}
+rules: [{{apiGroups: [myorg.org], resources: [databasetables], verbs: [get]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: tables-reader, namespace: team-a}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-reader}}
+subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: "kplug:operator", namespace: team-a}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
+subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
+"""
+    )
+    ours = reconcile_in("team-a", "ours")
+    done = wait_for("team-a's reconcile", lambda: (done := kubectl_create_as(cluster, TEAM_A_OPERATOR, "team-a", ours)).returncode == 0 and done, 30)
+    answer = json.loads(done.stdout)
+    assert answer["metadata"]["namespace"] == "team-a" and answer["status"]["plugin"]["name"] == PLUGIN, answer
+
+    # team-b's object: kube-apiserver refuses its namespace's reconciles before kplug sees them ...
+    theirs = reconcile_in("team-b", "theirs")
+    refused = kubectl_create_as(cluster, TEAM_A_OPERATOR, "team-b", theirs)
+    assert refused.returncode != 0, refused.stdout
+    assert (
+        f'Error from server (Forbidden): reconciles.plugins.kplug.io is forbidden: User "{TEAM_A_OPERATOR}" cannot create '
+        'resource "reconciles" in API group "plugins.kplug.io" in the namespace "team-b"'
+    ) in refused.stderr, refused.stderr
+    # ... and kplug refuses it in team-a's, with an audit line; the plugin is never called for it.
+    smuggled = kubectl_create_as(cluster, TEAM_A_OPERATOR, "team-a", theirs)
+    assert smuggled.returncode != 0, smuggled.stdout
+    assert 'spec.object.metadata.namespace: Invalid value: "team-b": must be "team-a", the namespace of the request' in smuggled.stderr, smuggled.stderr
+    [event] = wait_for(
+        "the refusal's audit line",
+        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_A_OPERATOR and e["code"] == 422) or None,
+        30,
+    )
+    assert event["objectRef"]["namespace"] == "team-b" and event["operationId"] == "" and event["instance"] == "", event

@@ -132,10 +132,20 @@ impl AggregatedKplug {
     /// kubeconfig and certificates plus `extra_flags` (cache TTLs, `--log`,
     /// ...), and waits until it serves. Several may run on one installation.
     pub fn serve(installation: &Installation, extra_flags: &[&str]) -> Self {
+        Self::serve_binary(
+            &workspace_binary("kplug-apiserver"),
+            installation,
+            extra_flags,
+        )
+    }
+
+    /// As [`AggregatedKplug::serve`], with another build of kplug (a
+    /// bench's baseline).
+    pub fn serve_binary(binary: &Path, installation: &Installation, extra_flags: &[&str]) -> Self {
         let (https, grpc) = (free_port(), free_port());
         let certs = &installation.certs;
         let (process, log) = Process::spawn_with_stderr(
-            Command::new(workspace_binary("kplug-apiserver"))
+            Command::new(binary)
                 .args([
                     "serve",
                     "--listen",

@@ -20,6 +20,14 @@
 //!    with the front-proxy certificate as `admin` in `system:masters` (as
 //!    the aggregator does). kplug skips the SubjectAccessReview for
 //!    `system:masters`, so the difference is the hop.
+//! 3. **The object checks, cache warm.** The same Reconcile straight to
+//!    kplug as `bench-operator`, who holds `kplug:operator` and `update
+//!    greetings/status` (a Greeting CRD is installed), so kplug checks the
+//!    URL and the object with SubjectAccessReviews, cached. With
+//!    `KPLUG_BASELINE=REV`, a kplug built at REV (before the object checks)
+//!    serves beside on the same control plane, with its own hello plugin,
+//!    and the same requests alternate between the two: the ratio is what
+//!    the object checks cost.
 //!
 //! Results go to stdout as Markdown (for BENCHMARKS.md), progress to stderr.
 //! Run with `cargo build --release -p kplug-apiserver -p kplug-example-hello
@@ -53,7 +61,7 @@ use kplug_test_support::{
 use clients::Endpoints;
 use lists::{list_runs, print_lists};
 use reconciles::{print_reconciles, reconcile_runs};
-use support::{STARTUP_TIMEOUT, print_machine};
+use support::{BASELINE_VARIABLE, STARTUP_TIMEOUT, baseline_from_env, print_machine};
 
 /// Builds both binaries measured here.
 const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello";
@@ -67,6 +75,37 @@ const PLUGIN: &str = "bench-hello";
 const RECONCILE_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/plugins/bench-hello/reconcile";
 /// The user bound to `kplug:reader` for the list runs.
 const READER: &str = "bench-reader";
+/// The user bound to `kplug:operator` and [`GREETINGS_CONTROLLER`] for
+/// the reconciles whose objects kplug checks.
+const OPERATOR: &str = "bench-operator";
+/// The reconciled object's kind, served, and a controller's rights on it.
+const GREETINGS_CONTROLLER: &str = r"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: greetings.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Greeting, listKind: GreetingList, plural: greetings, singular: greeting}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: greetings-controller}
+rules:
+- {apiGroups: [example.com], resources: [greetings/status], verbs: [update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: bench-operator-greetings}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: greetings-controller}
+subjects: [{kind: User, name: bench-operator}]
+";
 
 /// Requests in flight on the one HTTP/2 connection during the list runs.
 const IN_FLIGHT: usize = 32;
@@ -119,6 +158,7 @@ fn main() -> Result<()> {
     }
     let counts = Counts::of(mode);
     let kplug_binary = target_binary("kplug-apiserver", BUILD)?;
+    let baseline = baseline_from_env()?;
     let hello_binary = target_binary("hello-plugin", BUILD)?;
     ensure!(Path::new(KUBECTL).exists(), "{KUBECTL} is missing");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -139,8 +179,11 @@ fn main() -> Result<()> {
     // The shipped RBAC, kplug's identity and serving certificate; two kplugs,
     // the warm one behind the APIService.
     let installation = Installation::install(&cluster, work.path());
-    let warm = start_kplug(&installation, "warm", "10s");
-    let cold = start_kplug(&installation, "cold", "0s");
+    let warm = start_kplug(&kplug_binary, &installation, "warm", "10s");
+    let cold = start_kplug(&kplug_binary, &installation, "cold", "0s");
+    let before = baseline
+        .as_ref()
+        .map(|(binary, rev)| start_kplug(binary, &installation, &format!("at {rev}"), "10s"));
     warm.register(&cluster);
 
     // The plugin, registered with both kplug processes under one name.
@@ -148,6 +191,9 @@ fn main() -> Result<()> {
     let plugin_token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), work.path());
     let _hello_warm = hello_plugin(&warm, &plugin_token);
     let _hello_cold = hello_plugin(&cold, &plugin_token);
+    let _hello_before = before
+        .as_ref()
+        .map(|kplug| hello_plugin(kplug, &plugin_token));
 
     cluster.kubectl_ok(&[
         "create",
@@ -155,6 +201,20 @@ fn main() -> Result<()> {
         READER,
         "--clusterrole=kplug:reader",
         &format!("--user={READER}"),
+    ]);
+    cluster.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        OPERATOR,
+        "--clusterrole=kplug:operator",
+        &format!("--user={OPERATOR}"),
+    ]);
+    cluster.apply(GREETINGS_CONTROLLER);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/greetings.example.com",
+        "--timeout=60s",
     ]);
 
     let env = Endpoints {
@@ -171,24 +231,31 @@ fn main() -> Result<()> {
     };
     let (lists, reconciles) = runtime.block_on(async {
         let lists = list_runs(&env, &warm, &cold, kube_apiserver_pid, counts).await?;
-        let reconciles = reconcile_runs(&env, &warm, counts).await?;
+        let reconciles = reconcile_runs(&env, &warm, before.as_ref(), counts).await?;
         anyhow::Ok((lists, reconciles))
     })?;
-    for (name, kplug) in [("warm", &warm), ("cold", &cold)] {
+    for (name, kplug) in [("warm", &warm), ("cold", &cold)]
+        .into_iter()
+        .chain(before.as_ref().map(|kplug| ("baseline", kplug)))
+    {
         report_errors(name, kplug);
     }
 
     let others = usage_before.usage()?.other_load();
     let apiserver_binary = PathBuf::from(cluster.var("KPLUG_APISERVER_BIN"));
-    print_machine(
-        &[
-            ("kplug", &kplug_binary),
-            ("Plugin", &hello_binary),
-            ("kube-apiserver", &apiserver_binary),
-        ],
-        COMMAND,
-        others,
-    )?;
+    let command = match &baseline {
+        Some((_, rev)) => format!("{BASELINE_VARIABLE}={rev} {COMMAND}"),
+        None => COMMAND.to_owned(),
+    };
+    let mut binaries = vec![
+        ("kplug", kplug_binary.as_path()),
+        ("Plugin", hello_binary.as_path()),
+        ("kube-apiserver", apiserver_binary.as_path()),
+    ];
+    if let Some((binary, _)) = &baseline {
+        binaries.push(("kplug (baseline)", binary.as_path()));
+    }
+    print_machine(&binaries, &command, others)?;
     println!(
         "kube-apiserver {} and etcd from `hack/control-plane.sh` run on the same machine; they are \
          not children of the bench, so their CPU time counts as \"other processes\" above.\n",
@@ -198,7 +265,11 @@ fn main() -> Result<()> {
         println!("{warning}");
     }
     print_lists(&lists, counts);
-    print_reconciles(&reconciles, counts);
+    print_reconciles(
+        &reconciles,
+        counts,
+        baseline.as_ref().map(|(_, rev)| rev.as_str()),
+    );
     Ok(())
 }
 
@@ -207,8 +278,14 @@ fn main() -> Result<()> {
 
 /// `kplug-apiserver serve` with every auth cache TTL set to `cache_ttl`,
 /// waited for until it serves and trusts the front proxy.
-fn start_kplug(installation: &Installation, name: &str, cache_ttl: &str) -> AggregatedKplug {
-    let kplug = AggregatedKplug::serve(
+fn start_kplug(
+    binary: &Path,
+    installation: &Installation,
+    name: &str,
+    cache_ttl: &str,
+) -> AggregatedKplug {
+    let kplug = AggregatedKplug::serve_binary(
+        binary,
         installation,
         &[
             "--authentication-cache-ttl",
@@ -221,7 +298,8 @@ fn start_kplug(installation: &Installation, name: &str, cache_ttl: &str) -> Aggr
             "info",
         ],
     );
-    kplug.log.wait_for(
+    // The line may come before kplug serves: wait_for_log reads those too.
+    kplug.wait_for_log(
         STARTUP_TIMEOUT,
         &format!("kplug ({name}) trusting the front-proxy CA"),
         |line| {
