@@ -163,8 +163,10 @@ subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
     theirs = reconcile_in("team-b", "theirs")
     refused = kubectl_create_as(cluster, TEAM_A_OPERATOR, "team-b", theirs)
     assert refused.returncode != 0, refused.stdout
+    # kubectl create -f words it "Error from server (Forbidden): error when creating ...: <kube-apiserver's message>".
+    assert refused.stderr.startswith("Error from server (Forbidden): "), refused.stderr
     assert (
-        f'Error from server (Forbidden): reconciles.plugins.kplug.io is forbidden: User "{TEAM_A_OPERATOR}" cannot create '
+        f'reconciles.plugins.kplug.io is forbidden: User "{TEAM_A_OPERATOR}" cannot create '
         'resource "reconciles" in API group "plugins.kplug.io" in the namespace "team-b"'
     ) in refused.stderr, refused.stderr
     # ... and kplug refuses it in team-a's, with an audit line; the plugin is never called for it.
