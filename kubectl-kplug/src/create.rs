@@ -8,6 +8,15 @@
 //! projected ServiceAccount token, kplug's trust bundle from the ConfigMap
 //! kplug keeps in the namespace, and the identity kplug issues, so no
 //! certificate is made by hand); a PodDisruptionBudget keeping one pod up.
+//!
+//! With `--api`, also what kplug itself needs for this plugin: a ClusterRole
+//! `kplug:read:<name>` bound to kplug's own ServiceAccount, with `get` on
+//! the API's resource and on each `--extension-resource`, since kplug reads
+//! those objects for reconciles by reference (`spec.objectRef`). Only `get`
+//! (kplug reads single named objects) and only those kinds, so that kplug
+//! can read what its plugins serve and nothing else in the cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use serde_json::{Value, json};
@@ -22,16 +31,25 @@ const TRUST_DIR: &str = "/var/run/kplug/trust";
 const TRUST_CONFIG_MAP: &str = "kplug-trust";
 const TRUST_LABEL: &str = "plugins.kplug.io/trust=enabled";
 
-/// A DNS-1123 label: the plugin's name names every object and is a label value.
-fn check_name(name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
+/// A lowercase RFC 1123 label: names, resources, versions, namespaces.
+fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
+/// A lowercase RFC 1123 subdomain: API groups, ServiceAccount names.
+fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_dns_label)
+}
+
+/// A DNS-1123 label: the plugin's name names every object and is a label value.
+fn check_name(name: &str) -> Result<(), Error> {
+    if is_dns_label(name) {
         Ok(())
     } else {
         Err(Error::Usage(format!(
@@ -42,16 +60,153 @@ fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// The header comment: what the objects need that they cannot carry.
+/// A resource in an API group (`""` for the core group), as RBAC names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GroupResource<'a> {
+    group: &'a str,
+    resource: &'a str,
+}
+
+/// `--api RESOURCE.GROUP/VERSION`: the plugin's resource. Plugins serve
+/// custom resources, which always have a group.
+fn parse_api(value: &str) -> Result<GroupResource<'_>, Error> {
+    let parsed = value.split_once('/').and_then(|(qualified, version)| {
+        let (resource, group) = qualified.split_once('.')?;
+        (is_dns_label(resource) && is_dns_subdomain(group) && is_dns_label(version))
+            .then_some(GroupResource { group, resource })
+    });
+    parsed.ok_or_else(|| {
+        Error::Usage(format!(
+            "invalid --api {value:?}: expected RESOURCE.GROUP/VERSION in lowercase, \
+             e.g. databasetables.myorg.org/v1alpha1"
+        ))
+    })
+}
+
+/// `--extension-resource RESOURCE[.GROUP]`: no group is the core group.
+fn parse_extension_resource(value: &str) -> Result<GroupResource<'_>, Error> {
+    let parsed = match value.split_once('.') {
+        None => Some((value, "")),
+        // A dot says a group follows: `tables.` is not the core group.
+        Some((resource, group)) => is_dns_subdomain(group).then_some((resource, group)),
+    };
+    if let Some((resource, group)) = parsed
+        && is_dns_label(resource)
+    {
+        Ok(GroupResource { group, resource })
+    } else {
+        Err(Error::Usage(format!(
+            "invalid --extension-resource {value:?}: expected RESOURCE.GROUP in lowercase, \
+             e.g. databasetablemariadbextensions.myorg.org, or RESOURCE for the core group, \
+             e.g. configmaps"
+        )))
+    }
+}
+
+/// kplug's own ServiceAccount, the subject of kplug:read:<name>.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ServiceAccount<'a> {
+    namespace: &'a str,
+    name: &'a str,
+}
+
+/// `--kplug-service-account NAMESPACE/NAME`.
+fn parse_service_account(value: &str) -> Result<ServiceAccount<'_>, Error> {
+    match value.split_once('/') {
+        Some((namespace, name)) if is_dns_label(namespace) && is_dns_subdomain(name) => {
+            Ok(ServiceAccount { namespace, name })
+        }
+        _ => Err(Error::Usage(format!(
+            "invalid --kplug-service-account {value:?}: expected NAMESPACE/NAME, \
+             e.g. {}",
+            CreatePluginArgs::DEFAULT_KPLUG_SERVICE_ACCOUNT
+        ))),
+    }
+}
+
+/// RBAC rules with `get` on `resources`: one rule per API group, its
+/// resources sorted once each, so that the output is the same whatever the
+/// order and repeats of the flags.
+fn get_rules(resources: &[GroupResource<'_>]) -> Value {
+    let mut by_group: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for r in resources {
+        by_group.entry(r.group).or_default().insert(r.resource);
+    }
+    by_group
+        .into_iter()
+        .map(|(group, resources)| {
+            json!({"apiGroups": [group], "resources": resources, "verbs": ["get"]})
+        })
+        .collect()
+}
+
+/// A word as a shell reads it back: quoted only when it must be.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The command that prints these manifests again: every flag given, and
+/// the namespace, which otherwise comes from the kubeconfig's context.
+fn command(args: &CreatePluginArgs, namespace: &str) -> String {
+    let mut words = vec![
+        "kubectl kplug create plugin".to_owned(),
+        shell_word(&args.name),
+        format!("--image {}", shell_word(&args.image)),
+    ];
+    if let Some(api) = &args.api {
+        words.push(format!("--api {}", shell_word(api)));
+    }
+    for resource in &args.extension_resource {
+        words.push(format!("--extension-resource {}", shell_word(resource)));
+    }
+    if args.kplug_service_account != CreatePluginArgs::DEFAULT_KPLUG_SERVICE_ACCOUNT {
+        let account = shell_word(&args.kplug_service_account);
+        words.push(format!("--kplug-service-account {account}"));
+    }
+    if args.replicas != CreatePluginArgs::DEFAULT_REPLICAS {
+        words.push(format!("--replicas {}", args.replicas));
+    }
+    if args.port != CreatePluginArgs::DEFAULT_PORT {
+        words.push(format!("--port {}", args.port));
+    }
+    if args.registry != CreatePluginArgs::DEFAULT_REGISTRY {
+        words.push(format!("--registry {}", shell_word(&args.registry)));
+    }
+    if args.pdb_v1beta1 {
+        words.push("--pdb-v1beta1".to_owned());
+    }
+    words.push(format!("-n {}", shell_word(namespace)));
+    words.join(" ")
+}
+
+/// The header comment: the command that printed it, and what the objects
+/// need that they cannot carry.
 pub fn preamble(args: &CreatePluginArgs, namespace: &str) -> String {
-    format!(
-        "# kplug plugin {name}: kubectl kplug create plugin {name} --image {image}\n\
+    let name = &args.name;
+    let mut text = format!(
+        "# kplug plugin {name}: {command}\n\
          # Needs kplug with its plugin CA (README.md, \"Installing a plugin\") and, once per\n\
          # namespace, the label that makes kplug keep ConfigMap {TRUST_CONFIG_MAP} here:\n\
          #   kubectl label namespace {namespace} {TRUST_LABEL}\n",
-        name = args.name,
-        image = args.image,
-    )
+        command = command(args, namespace),
+    );
+    if args.api.is_some() {
+        text.push_str(&format!(
+            "# kplug:read:{name}: kplug's ServiceAccount ({account}) may get the\n\
+             # objects of --api and --extension-resource, which kplug reads itself for\n\
+             # reconciles by reference (spec.objectRef).\n",
+            account = args.kplug_service_account,
+        ));
+    }
+    text
 }
 
 /// The plugin's objects, in the order `kubectl apply` should create them.
@@ -65,6 +220,26 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
     if args.replicas == 0 {
         return Err(Error::Usage("--replicas must be at least 1".to_owned()));
     }
+    // What kplug reads for this plugin's reconciles by reference: the API's
+    // objects and their extensions, so the extensions need the API.
+    let api = args.api.as_deref().map(parse_api).transpose()?;
+    let read = match (api, args.extension_resource.as_slice()) {
+        (None, []) => None,
+        (None, [first, ..]) => {
+            return Err(Error::Usage(format!(
+                "--extension-resource {first} needs --api: extensions are those of the \
+                 objects of the plugin's API, which kplug reads for reconciles by reference"
+            )));
+        }
+        (Some(api), extensions) => {
+            let mut resources = vec![api];
+            for extension in extensions {
+                resources.push(parse_extension_resource(extension)?);
+            }
+            Some(resources)
+        }
+    };
+    let kplug = parse_service_account(&args.kplug_service_account)?;
     let name = args.name.as_str();
     let role = format!("kplug:plugin:{name}");
     let labels = json!({
@@ -92,7 +267,7 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
     } else {
         "policy/v1"
     };
-    Ok(vec![
+    let mut objects = vec![
         json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -116,6 +291,24 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         }),
+    ];
+    if let Some(resources) = read {
+        let read_role = format!("kplug:read:{name}");
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": read_role, "labels": labels},
+            "rules": get_rules(&resources),
+        }));
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": read_role, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": read_role},
+            "subjects": [{"kind": "ServiceAccount", "name": kplug.name, "namespace": kplug.namespace}],
+        }));
+    }
+    objects.extend([
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -171,7 +364,8 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
         }),
-    ])
+    ]);
+    Ok(objects)
 }
 
 #[cfg(test)]
@@ -185,8 +379,23 @@ mod tests {
             api: Some("greetings.example.com/v1".to_owned()),
             replicas: 2,
             port: 50051,
+            extension_resource: Vec::new(),
+            kplug_service_account: CreatePluginArgs::DEFAULT_KPLUG_SERVICE_ACCOUNT.to_owned(),
             registry: "https://kplug-registry.kplug-system.svc:8444".to_owned(),
             pdb_v1beta1: false,
+        }
+    }
+
+    fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+    }
+
+    fn usage_error(args: &CreatePluginArgs) -> String {
+        match manifests(args, "plugins") {
+            Err(Error::Usage(message)) => message,
+            other => panic!("expected a usage error, got {other:?}"),
         }
     }
 
@@ -203,6 +412,8 @@ mod tests {
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding",
                 "Deployment",
                 "PodDisruptionBudget"
             ]
@@ -213,7 +424,7 @@ mod tests {
             objects[2]["subjects"][0],
             json!({"kind": "ServiceAccount", "name": "hello", "namespace": "plugins"})
         );
-        let pod = &objects[3]["spec"]["template"]["spec"];
+        let pod = &objects[5]["spec"]["template"]["spec"];
         let env = pod["containers"][0]["env"].as_array().expect("env");
         let value = |name: &str| {
             env.iter()
@@ -227,10 +438,10 @@ mod tests {
         assert!(position("POD_IP") < position("KPLUG_ADVERTISE"));
         assert_eq!(pod["volumes"][1]["configMap"]["name"], "kplug-trust");
         assert_eq!(
-            objects[3]["metadata"]["annotations"]["plugins.kplug.io/api"],
+            objects[5]["metadata"]["annotations"]["plugins.kplug.io/api"],
             "greetings.example.com/v1"
         );
-        assert_eq!(objects[4]["apiVersion"], "policy/v1");
+        assert_eq!(objects[6]["apiVersion"], "policy/v1");
     }
 
     #[test]
@@ -242,5 +453,166 @@ mod tests {
         let mut no_replicas = args("hello");
         no_replicas.replicas = 0;
         assert!(manifests(&no_replicas, "plugins").is_err());
+    }
+
+    #[test]
+    fn kplug_may_get_the_apis_objects_and_their_extensions_grouped_by_group() {
+        let mut tables = args("tables");
+        tables.api = Some("databasetables.myorg.org/v1alpha1".to_owned());
+        tables.extension_resource = [
+            "databasetablepostgresqlextensions.myorg.org",
+            "configmaps",
+            "databasetablemariadbextensions.myorg.org",
+            "databasetables.myorg.org",
+            "configmaps",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let objects = manifests(&tables, "plugins").expect("manifests");
+        let role = object(&objects, "ClusterRole", "kplug:read:tables").expect("read role");
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+                {
+                    "apiGroups": ["myorg.org"],
+                    "resources": [
+                        "databasetablemariadbextensions",
+                        "databasetablepostgresqlextensions",
+                        "databasetables",
+                    ],
+                    "verbs": ["get"],
+                },
+            ])
+        );
+        assert_eq!(role["metadata"]["labels"], objects[0]["metadata"]["labels"]);
+        // Right after the plugin's own role and binding.
+        assert_eq!(objects[3]["metadata"]["name"], "kplug:read:tables");
+        assert_eq!(objects[4]["metadata"]["name"], "kplug:read:tables");
+        let binding = &objects[4];
+        assert_eq!(binding["kind"], "ClusterRoleBinding");
+        assert_eq!(binding["roleRef"]["name"], "kplug:read:tables");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "kplug", "namespace": "kplug-system"}])
+        );
+    }
+
+    #[test]
+    fn the_read_role_is_bound_to_the_kplug_serviceaccount_given() {
+        let mut hello = args("hello");
+        hello.kplug_service_account = "platform/kplug-main".to_owned();
+        let objects = manifests(&hello, "plugins").expect("manifests");
+        let binding =
+            object(&objects, "ClusterRoleBinding", "kplug:read:hello").expect("read binding");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "kplug-main", "namespace": "platform"}])
+        );
+        let role = object(&objects, "ClusterRole", "kplug:read:hello").expect("read role");
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": ["example.com"], "resources": ["greetings"], "verbs": ["get"]}])
+        );
+        assert!(
+            preamble(&hello, "plugins").contains("--kplug-service-account platform/kplug-main")
+        );
+    }
+
+    #[test]
+    fn without_api_kplug_is_granted_nothing() {
+        let mut hello = args("hello");
+        hello.api = None;
+        let objects = manifests(&hello, "plugins").expect("manifests");
+        assert!(
+            objects.iter().all(|o| !o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("kplug:read:")),
+            "{objects:?}"
+        );
+        assert_eq!(objects.len(), 5);
+        assert!(!preamble(&hello, "plugins").contains("kplug:read:"));
+    }
+
+    #[test]
+    fn malformed_flags_are_usage_errors_naming_the_flag_and_value() {
+        let mut orphan = args("hello");
+        orphan.api = None;
+        orphan.extension_resource = vec!["configmaps".to_owned()];
+        let message = usage_error(&orphan);
+        assert!(
+            message.contains("--extension-resource configmaps needs --api"),
+            "{message}"
+        );
+
+        for api in [
+            "greetings.example.com",
+            "greetings/v1",
+            ".example.com/v1",
+            "greetings./v1",
+            "greetings.example.com/",
+            "greetings.example.com/v1/x",
+            "Greetings.example.com/v1",
+            "greetings.example..com/v1",
+        ] {
+            let mut bad = args("hello");
+            bad.api = Some(api.to_owned());
+            let message = usage_error(&bad);
+            assert!(
+                message.contains(&format!("invalid --api {api:?}")),
+                "{message}"
+            );
+        }
+
+        for extension in [
+            "",
+            ".myorg.org",
+            "tables.",
+            "Tables.myorg.org",
+            "tables.myorg.org/v1",
+            "a..b",
+        ] {
+            let mut bad = args("hello");
+            bad.extension_resource = vec!["configmaps".to_owned(), extension.to_owned()];
+            let message = usage_error(&bad);
+            assert!(
+                message.contains(&format!("invalid --extension-resource {extension:?}")),
+                "{message}"
+            );
+        }
+
+        for account in [
+            "kplug",
+            "/kplug",
+            "kplug-system/",
+            "kplug-system/kplug/x",
+            "Kplug/kplug",
+        ] {
+            let mut bad = args("hello");
+            bad.kplug_service_account = account.to_owned();
+            let message = usage_error(&bad);
+            assert!(
+                message.contains(&format!("invalid --kplug-service-account {account:?}")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_preamble_prints_the_command_that_prints_it_again() {
+        let mut tables = args("tables");
+        tables.api = Some("databasetables.myorg.org/v1alpha1".to_owned());
+        tables.extension_resource = vec!["databasetablemariadbextensions.myorg.org".to_owned()];
+        tables.replicas = 3;
+        let first = preamble(&tables, "plugins");
+        let first = first.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            "# kplug plugin tables: kubectl kplug create plugin tables --image ghcr.io/example/hello:1.0 \
+             --api databasetables.myorg.org/v1alpha1 \
+             --extension-resource databasetablemariadbextensions.myorg.org --replicas 3 -n plugins"
+        );
+        assert_eq!(shell_word("it's a b"), r"'it'\''s a b'");
     }
 }

@@ -64,29 +64,42 @@ fn the_examples_plugin_manifests_are_create_plugins_output() {
     let cli = Plugin::install(work.path());
     let nowhere = Path::new("/nonexistent/kubeconfig");
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/database-table/deploy");
+    // kplug reads every extension a DatabaseTable lists, whichever plugin
+    // serves it (users.yaml lists both kinds), so both plugins' read roles
+    // name both: each plugin's manifests then suffice on their own.
+    let extensions = [
+        "--extension-resource",
+        "databasetablemariadbextensions.myorg.org",
+        "--extension-resource",
+        "databasetablepostgresqlextensions.myorg.org",
+    ];
     for (file, plugin) in [
         ("postgresql-plugin.yaml", "database-table-postgresql-plugin"),
         ("mariadb-plugin.yaml", "database-table-mariadb-plugin"),
     ] {
         let image = format!("ghcr.io/kplug/{plugin}:0.1.0");
-        let printed = ok(&cli.run(
-            nowhere,
-            &[
-                "create",
-                "plugin",
-                plugin,
-                "--image",
-                &image,
-                "--api",
-                "databasetables.myorg.org/v1alpha1",
-                "-n",
-                "plugins",
-            ],
-        ));
+        let mut command = vec![
+            "create",
+            "plugin",
+            plugin,
+            "--image",
+            &image,
+            "--api",
+            "databasetables.myorg.org/v1alpha1",
+        ];
+        command.extend(extensions);
+        command.extend(["-n", "plugins"]);
+        let printed = ok(&cli.run(nowhere, &command));
         let shipped = std::fs::read_to_string(deploy.join(file)).expect("the example's file");
         assert_eq!(
             shipped, printed,
             "{file} is not `kubectl kplug create plugin {plugin}`'s output"
+        );
+        // The first line is the command that regenerates the file.
+        let first = shipped.lines().next().unwrap_or_default();
+        assert!(
+            first.ends_with(&format!("kubectl kplug {}", command.join(" "))),
+            "{file}: {first}"
         );
     }
     // A name Kubernetes would refuse is refused before anything is printed.
@@ -94,4 +107,21 @@ fn the_examples_plugin_manifests_are_create_plugins_output() {
     assert!(!output.status.success());
     assert!(output.stdout.is_empty());
     assert!(String::from_utf8_lossy(&output.stderr).contains("RFC 1123 label"));
+    // So is an extension without the API whose objects reference it.
+    let output = cli.run(
+        nowhere,
+        &[
+            "create",
+            "plugin",
+            "tables",
+            "--image",
+            "x",
+            "--extension-resource",
+            "configmaps",
+        ],
+    );
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs --api"), "{stderr}");
 }
