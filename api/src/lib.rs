@@ -7,6 +7,7 @@
 pub mod access;
 pub mod answer;
 pub mod canary;
+pub mod reference;
 pub mod selection;
 pub mod shadow;
 pub mod v1alpha1;

@@ -117,7 +117,7 @@ fn extension_hint(error: &ExtensionError) -> String {
         ExtensionError::KindNotServed { .. } => {
             "install the CRD of the extension's kind, or fix the reference's apiVersion and kind".to_owned()
         }
-        ExtensionError::NotAList { .. } | ExtensionError::InvalidReference { .. } => {
+        ExtensionError::Reference(_) => {
             "fix the object's extension references (apiVersion, kind, name), or point --extensions-path elsewhere".to_owned()
         }
         ExtensionError::Read { .. } => {

@@ -120,7 +120,8 @@ pub async fn run(
 
     // The operator's defaults, so that the same object sends the same request.
     let path = &args.extensions_path;
-    let references = parse_references(&path.to_string(), path.get(&object.data))?;
+    let references = parse_references(&path.to_string(), path.get(&object.data))
+        .map_err(kplug_operator::ExtensionError::from)?;
     let extensions = Resolver::new(client.clone())
         .resolve(&references, namespace)
         .await?;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use kplug_proto::duration::parse as duration;
 
 use crate::binding::BindingPolicy;
-use crate::path::FieldPath;
 use crate::status::ObjectStatusLayout;
+use kplug_api::reference::FieldPath;
 use kplug_api::version::VersionConstraint;
 
 /// Leader election on a `coordination.k8s.io/v1` Lease: only the holder
@@ -85,7 +85,7 @@ impl Default for Options {
             field_manager: "kplug-operator".to_owned(),
             finalizer: "kplug.io/finalize".to_owned(),
             binding: BindingPolicy::Sticky,
-            extensions_path: FieldPath::parse_static("spec.extensions"),
+            extensions_path: FieldPath::default_extensions(),
             preferred_implementation_path: FieldPath::parse_static("spec.preferredImplementation"),
             version_constraint: None,
             version_constraint_path: FieldPath::parse_static("spec.pluginVersion"),

@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
+use crate::extensions;
 use crate::reconciler::{Context, error_policy, reconcile};
 
 /// Changes to an object that call for a reconcile.
@@ -114,7 +115,7 @@ fn referring(
             let namespace = object.namespace();
             (ctx.hooks.extensions)(object, &ctx.options).is_ok_and(|refs| {
                 refs.iter()
-                    .any(|r| r.names(extension, namespace.as_deref()))
+                    .any(|r| extensions::names(r, extension, namespace.as_deref()))
             })
         })
         .map(|object| ObjectRef::from_obj_with(object.as_ref(), ctx.resource.clone()))

@@ -1,72 +1,39 @@
-//! Extension objects: the references a resource makes to them (parsed
-//! without IO) and their resolution, read with the operator's own client so
+//! Extension objects: the references a resource makes to them (parsed by
+//! [`kplug_api::reference`], as kplug parses them for a reconcile by
+//! reference) and their resolution, read with the operator's own client so
 //! that its RBAC decides what it may see.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use kplug_api::reference::ReferenceError;
+pub use kplug_api::reference::{ExtensionRef, parse_references, type_name};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::{self, ApiCapabilities, Scope};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-/// A reference to an extension object, as a resource writes it in e.g.
-/// `spec.extensions`: `apiVersion`, `kind`, `name` and an optional
-/// `namespace` that defaults to the referring object's.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExtensionRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+/// The group, version and kind a reference names.
+pub fn gvk(reference: &ExtensionRef) -> GroupVersionKind {
+    let (group, version) = reference.group_version();
+    GroupVersionKind::gvk(group, version, &reference.kind)
 }
 
-impl ExtensionRef {
-    /// The group, version and kind it names.
-    pub fn gvk(&self) -> GroupVersionKind {
-        let (group, version) = match self.api_version.rsplit_once('/') {
-            Some((group, version)) => (group, version),
-            None => ("", self.api_version.as_str()),
-        };
-        GroupVersionKind::gvk(group, version, &self.kind)
-    }
-
-    /// Whether `object` is the extension this reference names, for an
-    /// object in `namespace`.
-    pub fn names(&self, object: &DynamicObject, namespace: Option<&str>) -> bool {
-        let types = object.types.as_ref();
-        types.is_some_and(|t| t.api_version == self.api_version && t.kind == self.kind)
-            && object.name_any() == self.name
-            && object.namespace().as_deref() == self.namespace.as_deref().or(namespace)
-    }
-}
-
-impl std::fmt::Display for ExtensionRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.api_version, self.kind)?;
-        match &self.namespace {
-            Some(namespace) => write!(f, " {namespace}/{}", self.name),
-            None => write!(f, " {}", self.name),
-        }
-    }
+/// Whether `object` is the extension `reference` names, for an object in
+/// `namespace`.
+pub fn names(reference: &ExtensionRef, object: &DynamicObject, namespace: Option<&str>) -> bool {
+    let types = object.types.as_ref();
+    types.is_some_and(|t| t.api_version == reference.api_version && t.kind == reference.kind)
+        && object.name_any() == reference.name
+        && object.namespace().as_deref() == reference.namespace.as_deref().or(namespace)
 }
 
 /// What is wrong with a resource's extension references or their objects.
 /// Each is reported on the resource as a condition and an Event.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtensionError {
-    #[error("{field} must be a list of object references, not {found}")]
-    NotAList { field: String, found: &'static str },
-    #[error("{field}[{index}] is not a valid object reference: {why}")]
-    InvalidReference {
-        field: String,
-        index: usize,
-        why: String,
-    },
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
     #[error("{reference}: the kind is not served by the cluster ({why})")]
     KindNotServed {
         reference: ExtensionRef,
@@ -88,70 +55,13 @@ impl ExtensionError {
     /// The condition and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::NotAList { .. } | Self::InvalidReference { .. } => "InvalidExtensionReference",
+            Self::Reference(_) => "InvalidExtensionReference",
             Self::KindNotServed { .. } => "ExtensionKindNotServed",
             Self::NotFound { .. } => "ExtensionNotFound",
             Self::Read { .. } => "ExtensionReadFailed",
             Self::InvalidObject(_) => "InvalidObject",
         }
     }
-}
-
-/// What `value` is, in words for a message: "a list", "an object", ...
-pub fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Parses the references at `field` (`None`: the object has none).
-pub fn parse_references(
-    field: &str,
-    value: Option<&Value>,
-) -> Result<Vec<ExtensionRef>, ExtensionError> {
-    let items = match value {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(items)) => items,
-        Some(other) => {
-            return Err(ExtensionError::NotAList {
-                field: field.to_owned(),
-                found: type_name(other),
-            });
-        }
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let invalid = |why: String| ExtensionError::InvalidReference {
-                field: field.to_owned(),
-                index,
-                why,
-            };
-            let reference = ExtensionRef::deserialize(item).map_err(|e| invalid(e.to_string()))?;
-            for (name, value) in [
-                ("apiVersion", &reference.api_version),
-                ("kind", &reference.kind),
-                ("name", &reference.name),
-            ] {
-                if value.is_empty() {
-                    return Err(invalid(format!("{name} must not be empty")));
-                }
-            }
-            if reference.api_version.matches('/').count() > 1 {
-                return Err(invalid(format!(
-                    "apiVersion {:?} must be GROUP/VERSION or VERSION",
-                    reference.api_version
-                )));
-            }
-            Ok(reference)
-        })
-        .collect()
 }
 
 /// Reads extension objects, remembering how each kind maps to a resource.
@@ -173,7 +83,7 @@ impl Resolver {
         &self,
         reference: &ExtensionRef,
     ) -> Result<(ApiResource, ApiCapabilities), ExtensionError> {
-        let gvk = reference.gvk();
+        let gvk = gvk(reference);
         if let Some(known) = self.kinds.lock().get(&gvk) {
             return Ok(known.clone());
         }
@@ -235,78 +145,5 @@ impl Resolver {
             objects.push(object);
         }
         Ok(objects)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn references_parse_with_an_optional_namespace() {
-        let value = json!([
-            {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTableMariaDbExtension", "name": "users"},
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings", "namespace": "shared"},
-        ]);
-        let references = parse_references("spec.extensions", Some(&value)).expect("valid");
-        assert_eq!(references.len(), 2);
-        assert_eq!(
-            references[0].gvk(),
-            GroupVersionKind::gvk("myorg.org", "v1alpha1", "DatabaseTableMariaDbExtension")
-        );
-        assert_eq!(
-            references[1].gvk(),
-            GroupVersionKind::gvk("", "v1", "ConfigMap")
-        );
-        assert_eq!(references[1].namespace.as_deref(), Some("shared"));
-        assert_eq!(references[1].to_string(), "v1 ConfigMap shared/settings");
-    }
-
-    #[test]
-    fn no_references_is_no_extensions() {
-        assert!(
-            parse_references("spec.extensions", None)
-                .expect("ok")
-                .is_empty()
-        );
-        assert!(
-            parse_references("spec.extensions", Some(&Value::Null))
-                .expect("ok")
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn bad_references_say_which_and_why() {
-        let cases = [
-            (
-                json!("users"),
-                "must be a list of object references, not a string",
-            ),
-            (
-                json!([{"apiVersion": "v1", "kind": "ConfigMap"}]),
-                "spec.extensions[0]",
-            ),
-            (
-                json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": ""}]),
-                "name must not be empty",
-            ),
-            (
-                json!([{"apiVersion": "a/b/c", "kind": "K", "name": "n"}]),
-                "must be GROUP/VERSION or VERSION",
-            ),
-            (
-                json!([42]),
-                "spec.extensions[0] is not a valid object reference",
-            ),
-        ];
-        for (value, expected) in cases {
-            let error = parse_references("spec.extensions", Some(&value))
-                .expect_err("invalid")
-                .to_string();
-            assert!(error.contains(expected), "{value}: {error}");
-        }
     }
 }

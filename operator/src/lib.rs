@@ -31,7 +31,6 @@ pub mod extensions;
 mod leader;
 pub mod metrics;
 mod metrics_server;
-pub mod path;
 mod reconciler;
 pub mod status;
 pub mod trace;
@@ -50,9 +49,9 @@ pub use binding::BindingPolicy;
 pub use config::{BindAddress, LeaderElection, MetricsServing, OperatorArgs, Options};
 pub use discovery::discover;
 pub use extensions::{ExtensionError, ExtensionRef};
+pub use kplug_api::reference::FieldPath;
 pub use metrics::Metrics;
 pub use metrics_server::{ServeError, TlsError};
-pub use path::FieldPath;
 
 use reconciler::{Context, Events};
 
@@ -114,7 +113,10 @@ impl Default for Hooks {
         Self {
             extensions: Arc::new(|object, options| {
                 let path = &options.extensions_path;
-                extensions::parse_references(&path.to_string(), path.get(&object.data))
+                Ok(extensions::parse_references(
+                    &path.to_string(),
+                    path.get(&object.data),
+                )?)
             }),
             preferred_implementation: Arc::new(|object, options| {
                 let value = options.preferred_implementation_path.get(&object.data);

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use tracing::warn;
 
 use super::{Context, ReconcileError};
-use crate::extensions::ExtensionRef;
+use crate::extensions::{self, ExtensionRef};
 use crate::metrics::WriteTarget;
 use crate::status::{Desired, Outcome, Owned, RETRYING, needs_write, reporter};
 
@@ -122,7 +122,7 @@ impl Context {
             let namespace = object.namespace();
             let Some(extension) = extensions
                 .iter()
-                .find(|e| reference.names(e, namespace.as_deref()))
+                .find(|e| extensions::names(&reference, e, namespace.as_deref()))
             else {
                 warn!(object = %self.object_ref(object), extension = %reference, "the plugin reported a status for an extension it was not sent");
                 continue;
