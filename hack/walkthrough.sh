@@ -443,14 +443,14 @@ print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [i for i in items
 ' "$@" <<<"$objects" || fail "cannot parse kubectl's reading of $file"
 }
 
-# identity MANIFEST: applies the ServiceAccount, ClusterRole and
-# ClusterRoleBinding of a shipped plugin manifest (not its Deployment and
-# Service: nothing runs pods here).
+# identity MANIFEST: applies the ServiceAccount and RBAC of a shipped plugin
+# manifest (the plugin's heartbeat role, and kplug's read role for its API;
+# not its Deployment and Service: nothing runs pods here).
 identity() {
   local objects
   objects="$(manifest_objects "$1" ServiceAccount ClusterRole ClusterRoleBinding)"
-  [ "$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["items"]))' <<<"$objects")" = 3 ] ||
-    fail "expected a ServiceAccount, a ClusterRole and a ClusterRoleBinding in $1"
+  [ "$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["items"]))' <<<"$objects")" = 5 ] ||
+    fail "expected a ServiceAccount and two ClusterRoles with their ClusterRoleBindings in $1"
   k apply -f - >/dev/null <<<"$objects" || fail "cannot apply the identity of $1"
 }
 

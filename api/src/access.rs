@@ -10,6 +10,12 @@
 //! | Finalize | `update` `R/finalizers` | `get` |
 //! | any dry run | `get` | `get` |
 //!
+//! A reconcile by reference (`spec.objectRef`) needs, besides, `get` on the
+//! object it names: kplug reads the object and its extensions on the
+//! caller's behalf and returns them in its answer, so it checks each right
+//! to read before it reads, and a caller who may not read an object cannot
+//! tell from kplug's answer whether it exists.
+//!
 //! `R/finalizers` is what kube-apiserver's OwnerReferencesPermissionEnforcement
 //! checks before anyone may block an object's deletion, and what kubebuilder
 //! grants every controller; Kubernetes serves no such endpoint, RBAC
@@ -26,6 +32,12 @@ pub struct Right {
 
 /// What a reconcile's extensions need: to be read.
 pub const ON_EXTENSION: Right = Right {
+    verb: "get",
+    subresource: "",
+};
+
+/// What the object named by `spec.objectRef` needs before kplug reads it.
+pub const ON_REFERENCED_OBJECT: Right = Right {
     verb: "get",
     subresource: "",
 };
@@ -67,5 +79,6 @@ mod tests {
             assert_eq!(on_object(operation, true), right("get", ""));
         }
         assert_eq!(ON_EXTENSION, right("get", ""));
+        assert_eq!(ON_REFERENCED_OBJECT, right("get", ""));
     }
 }

@@ -274,6 +274,10 @@ pub struct ReconcileSpec {
     /// The custom resource, as a whole object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<RawObject>,
+    /// Instead of `object`: the stored custom resource, which kplug reads,
+    /// with the extensions it references; see [`StoredObjectRef`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ref: Option<StoredObjectRef>,
     /// Its linked extension objects.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<RawObject>,
@@ -303,6 +307,7 @@ impl ReconcileSpec {
         "dryRun",
         "timeoutSeconds",
         "object",
+        "objectRef",
         "extensions",
         "api",
         "preferredImplementation",
@@ -450,6 +455,32 @@ pub struct ExtensionStatus {
     #[serde(rename = "ref")]
     pub reference: ObjectRef,
     pub status: serde_json::Value,
+}
+
+/// A stored object that kplug reads for a reconcile by reference, so that
+/// the plugin sees what is stored, never a body the caller made up. Named
+/// by its apiVersion, kind or resource, namespace and name; every field
+/// defaults to empty so that a missing one is a `422` naming it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredObjectRef {
+    #[serde(default)]
+    pub api_version: String,
+    /// The kind, e.g. `DatabaseTable`; or else `resource`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The resource, e.g. `databasetables`; or else `kind`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    /// Empty for a cluster-scoped object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    /// Where the object lists its extension references; `spec.extensions`
+    /// when empty, as kplug-operator's `--extensions-path`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub extensions_path: String,
 }
 
 /// Identifies an object by apiVersion, kind, namespace and name.

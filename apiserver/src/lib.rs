@@ -17,6 +17,7 @@ mod kube_words;
 pub mod proxy;
 pub mod registry;
 pub mod server;
+pub mod stored;
 pub mod trust;
 pub use kplug_api::{v1alpha1, version};
 pub mod validation;

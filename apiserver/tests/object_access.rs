@@ -286,3 +286,180 @@ subjects: [{kind: User, name: viewer}]
     // (team-a's Reconcile and Finalize, the dry run, the extension).
     assert_eq!(world.plugin_calls(), 4.0);
 }
+
+/// A Reconcile of the stored object `namespace/name` of `kind` (`spec.objectRef`).
+fn by_reference(kind: &str, namespace: &str, name: &str) -> String {
+    json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {
+            "objectRef": {"apiVersion": "example.com/v1", "kind": kind, "namespace": namespace, "name": name},
+        },
+    })
+    .to_string()
+}
+
+fn failed_with(output: &Output, message: &str) -> bool {
+    !output.status.success() && output_text(output).contains(message)
+}
+
+#[test]
+fn a_reconcile_by_reference_sends_what_is_stored_and_only_to_who_may_read_it() {
+    let world = World::start();
+    let cluster = &world.cluster;
+    cluster.apply(
+        r"apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: team-a}
+spec:
+  size: 1
+  extensions: [{apiVersion: v1, kind: ConfigMap, name: settings}]
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: orphan, namespace: team-a}
+spec:
+  extensions: [{apiVersion: v1, kind: ConfigMap, name: absent}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: team-a}
+data: {colour: blue}
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: team-b}
+spec: {size: 2}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: widget-controller, namespace: team-a}
+rules:
+- apiGroups: [example.com]
+  resources: [widgets]
+  verbs: [get, list, watch]
+- apiGroups: [example.com]
+  resources: [widgets/status, widgets/finalizers]
+  verbs: [update, patch]
+- apiGroups: ['']
+  resources: [configmaps]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: op-widgets, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-controller}
+subjects: [{kind: User, name: op}]
+",
+    );
+    cluster.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "op-reconciles",
+        "--clusterrole=kplug:operator",
+        "--user=op",
+    ]);
+    let own = by_reference("Widget", "team-a", "w1");
+
+    // kplug's own identity may read nothing of the plugin's API yet: the
+    // caller is told what to grant kplug, and the plugin is not called.
+    world.eventually("kplug's missing read right named", "op", &own, |o| {
+        failed_with(
+            o,
+            "kplug may not read widgets.example.com \"w1\" in the namespace \"team-a\" with its \
+             own identity",
+        )
+    });
+    // What `kubectl kplug create plugin --api widgets.example.com/v1
+    // --extension-resource configmaps` grants kplug.
+    cluster.apply(
+        r"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: 'kplug:read:widgets'}
+rules:
+- {apiGroups: [''], resources: [configmaps], verbs: [get]}
+- {apiGroups: [example.com], resources: [widgets], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: 'kplug:read:widgets'}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: 'kplug:read:widgets'}
+subjects: [{kind: ServiceAccount, name: kplug, namespace: kplug-system}]
+",
+    );
+    world.eventually("a reconcile by reference", "op", &own, answered);
+
+    // The plugin saw the stored object, resourceVersion and extension
+    // included, and the answer says so.
+    let answer: Value =
+        serde_json::from_slice(&world.reconcile_as("op", &own).stdout).expect("the answer");
+    let stored = |what: &str, name: &str| {
+        let output = cluster.kubectl_ok(&["-n", "team-a", "get", what, name, "-o", "json"]);
+        serde_json::from_str::<Value>(&output).expect("the stored object")
+    };
+    let widget = stored("widget.example.com", "w1");
+    assert_eq!(
+        answer["spec"]["object"]["metadata"]["resourceVersion"],
+        widget["metadata"]["resourceVersion"]
+    );
+    assert_eq!(answer["spec"]["object"]["spec"], widget["spec"]);
+    assert_eq!(answer["spec"]["objectRef"]["name"], "w1");
+    let settings = stored("configmap", "settings");
+    assert_eq!(answer["spec"]["extensions"][0]["data"], settings["data"]);
+    assert_eq!(
+        answer["spec"]["extensions"][0]["metadata"]["uid"],
+        settings["metadata"]["uid"]
+    );
+    world
+        .plugin_log
+        .wait_for(Duration::from_secs(10), "the greeting of w1 for op", |l| {
+            l.contains("greeting=hello, w1") && l.contains("caller=op")
+        });
+
+    // A missing object, or a missing extension, is a 404 naming it.
+    let missing = world.reconcile_as("op", &by_reference("Widget", "team-a", "w2"));
+    assert!(
+        failed_with(
+            &missing,
+            "Error from server (NotFound): widgets.example.com \"w2\" not found"
+        ),
+        "{}",
+        output_text(&missing)
+    );
+    let orphan = world.reconcile_as("op", &by_reference("Widget", "team-a", "orphan"));
+    assert!(
+        failed_with(
+            &orphan,
+            "Error from server (NotFound): configmaps \"absent\" not found"
+        ),
+        "{}",
+        output_text(&orphan)
+    );
+
+    // Another team's object: refused before it is read, in the same words
+    // whether it exists or not, so nothing is learnt of it.
+    for name in ["w1", "nothing"] {
+        let output = world.reconcile_as("op", &by_reference("Widget", "team-b", name));
+        let denial = format!(
+            "Error from server (Forbidden): widgets.example.com \"{name}\" is forbidden: User \
+             \"op\" cannot get resource \"widgets\" in API group \"example.com\" in the \
+             namespace \"team-b\""
+        );
+        assert!(failed_with(&output, &denial), "{}", output_text(&output));
+    }
+
+    // A kind the cluster does not serve: 422 naming it.
+    let output = world.reconcile_as("op", &by_reference("Gadget", "team-a", "g"));
+    assert!(
+        failed_with(
+            &output,
+            "spec.objectRef.kind: Invalid value: \"Gadget\": the cluster serves no kind \
+             \"Gadget\" in \"example.com/v1\""
+        ),
+        "{}",
+        output_text(&output)
+    );
+
+    // Only the two reconciles by reference of w1 reached the plugin.
+    assert_eq!(world.plugin_calls(), 2.0);
+}

@@ -343,6 +343,11 @@ fn malformed_requests_are_rejected_before_any_plugin_is_called() {
             (422, "Invalid", Some("spec.plugin"), r#"spec.plugin: Invalid value: "other""#)),
         (("POST", RECONCILES, JSON, request(json!({"object": greeting("a")}))),
             (422, "Invalid", Some("spec.api"), "spec.api: Required value")),
+        // Standalone, kplug has no cluster to read a stored object from.
+        (("POST", &path, JSON, request(json!({"objectRef": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "a", "name": "b"}}))),
+            (422, "Invalid", Some("spec.objectRef"), "spec.objectRef: Forbidden: kplug runs standalone")),
+        (("POST", &path, JSON, request(json!({"object": greeting("a"), "objectRef": {"apiVersion": "v1", "kind": "ConfigMap", "name": "b"}}))),
+            (422, "Invalid", Some("spec.objectRef"), "spec.objectRef: Forbidden: may not be set with spec.object")),
         (("POST", &path, JSON, "{not json".to_owned()),
             (400, "BadRequest", None, "decoding the Reconcile")),
         (("POST", &strict, JSON, with("colour", json!("blue"))),

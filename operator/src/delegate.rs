@@ -165,6 +165,7 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
             dry_run: false,
             timeout_seconds: Some(timeout_seconds),
             object: Some(raw(&without_managed_fields(delegation.object))?),
+            object_ref: None,
             extensions: delegation
                 .extensions
                 .iter()

@@ -63,6 +63,8 @@ pub struct AppState {
     /// Checks callers' rights on the objects of their reconciles; `None`
     /// in standalone mode, where every caller may do everything.
     pub object_access: Option<Arc<reconcile::ObjectAccess>>,
+    /// Reads the objects of reconciles by reference; cluster mode only.
+    pub stored: Option<Arc<crate::stored::StoredObjects>>,
     /// Where each reconcile is recorded.
     pub audit: Option<Arc<crate::audit::AuditLog>>,
 }

@@ -17,6 +17,14 @@ pub enum ApiError {
     NotFound { kind: &'static str, name: String },
     #[error("the server could not find the requested resource")]
     NoSuchRoute,
+    /// A stored object a request names is not there: `resource` of `group`
+    /// (empty for the core group) named `name`.
+    #[error("{}", qualified_not_found(resource, group, name))]
+    ObjectNotFound {
+        group: String,
+        resource: String,
+        name: String,
+    },
     #[error("{0}")]
     BadRequest(String),
     #[error("{message}")]
@@ -73,7 +81,9 @@ impl ApiError {
     /// The HTTP status code.
     pub fn code(&self) -> StatusCode {
         match self {
-            Self::NotFound { .. } | Self::NoSuchRoute => StatusCode::NOT_FOUND,
+            Self::NotFound { .. } | Self::NoSuchRoute | Self::ObjectNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
@@ -94,7 +104,7 @@ impl ApiError {
     /// The `reason` field, as in `metav1.StatusReason`.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::NotFound { .. } | Self::NoSuchRoute => "NotFound",
+            Self::NotFound { .. } | Self::NoSuchRoute | Self::ObjectNotFound { .. } => "NotFound",
             Self::BadRequest(_) => "BadRequest",
             Self::Invalid { .. } => "Invalid",
             Self::Conflict(_) => "Conflict",
@@ -119,6 +129,16 @@ impl ApiError {
                 name: Some(name.clone()),
                 group: Some(GROUP.to_owned()),
                 kind: Some((*kind).to_owned()),
+                ..StatusDetails::default()
+            }),
+            Self::ObjectNotFound {
+                group,
+                resource,
+                name,
+            } => Some(StatusDetails {
+                name: Some(name.clone()),
+                group: Some(group.clone()),
+                kind: Some(resource.clone()),
                 ..StatusDetails::default()
             }),
             Self::Invalid { name, causes, .. } => Some(StatusDetails {
@@ -176,6 +196,15 @@ impl ApiError {
     }
 }
 
+/// kube-apiserver's words for a missing object: `widgets.example.com "w1"
+/// not found`, `configmaps "settings" not found`.
+fn qualified_not_found(resource: &str, group: &str, name: &str) -> String {
+    match group {
+        "" => format!("{resource} {name:?} not found"),
+        group => format!("{resource}.{group} {name:?} not found"),
+    }
+}
+
 /// A refused caller, as kube-apiserver answers one: `401` for an unknown
 /// caller (with its `WWW-Authenticate` challenge), `403` for a denial, and
 /// `500` when the decision could not be made.
@@ -228,6 +257,33 @@ mod tests {
         let details = status.details.unwrap_or_default();
         assert_eq!(details.kind.as_deref(), Some("plugins"));
         assert_eq!(details.name.as_deref(), Some("db"));
+    }
+
+    #[test]
+    fn a_missing_stored_object_is_named_as_kube_apiserver_names_it() {
+        let missing = |group: &str, resource: &str| {
+            ApiError::ObjectNotFound {
+                group: group.to_owned(),
+                resource: resource.to_owned(),
+                name: "w1".to_owned(),
+            }
+            .to_status()
+        };
+        let status = missing("example.com", "widgets");
+        assert_eq!(
+            (status.code, status.reason.as_deref()),
+            (Some(404), Some("NotFound"))
+        );
+        assert_eq!(
+            status.message.as_deref(),
+            Some("widgets.example.com \"w1\" not found")
+        );
+        let details = status.details.unwrap_or_default();
+        assert_eq!(details.group.as_deref(), Some("example.com"));
+        assert_eq!(details.kind.as_deref(), Some("widgets"));
+        assert_eq!(details.name.as_deref(), Some("w1"));
+        let core = missing("", "configmaps");
+        assert_eq!(core.message.as_deref(), Some("configmaps \"w1\" not found"));
     }
 
     #[test]

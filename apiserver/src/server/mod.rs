@@ -40,6 +40,7 @@ use crate::heartbeat::{HeartbeatMetrics, HeartbeatService};
 use crate::identity::Signer;
 use crate::proxy::{PluginTls, PluginTlsSource, Proxy, ProxyMetrics};
 use crate::registry::{Registry, RegistryCollector};
+use crate::stored::StoredObjects;
 use crate::trust::{self, TrustBundle};
 use early_answer::DrainLimits;
 use front_door::{Callers, ConnectionMetrics, Door, Limits};
@@ -214,6 +215,7 @@ impl Core {
                 .context("starting the thread of shadow copies")?,
             closing: closed,
             object_access: None,
+            stored: None,
             audit: Some(Arc::new(audit)),
         };
         Ok(Self {
@@ -400,6 +402,7 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         delegated.clone(),
         Resources::new(client.clone(), config.authorization_denied_cache_ttl),
     )));
+    core.state.stored = Some(Arc::new(StoredObjects::new(client.clone())));
     core.readiness_warmup = config.readiness_warmup;
     core.shutdown_delay = config.shutdown_delay;
     let auth = Arc::new(Auth::Delegated(delegated.clone()));

@@ -302,6 +302,7 @@ fn reconcile_schema_follows_the_rust_types() {
             dry_run: true,
             timeout_seconds: Some(10),
             object: Some(raw(&object)),
+            object_ref: None,
             extensions: vec![raw(&object)],
             api: Some(ApiSelector {
                 group: "example.com".into(),
@@ -355,6 +356,7 @@ fn reconcile_schema_follows_the_rust_types() {
     let minimal = Reconcile {
         spec: ReconcileSpec {
             object: Some(raw(&object)),
+            object_ref: None,
             ..ReconcileSpec::default()
         },
         status: Some(ReconcileStatus::default()),
@@ -429,6 +431,7 @@ fn reconcile_schema_follows_the_rust_types() {
         let spec = ReconcileSpec {
             operation_name: Some(operation.to_owned()),
             object: Some(raw(&object)),
+            object_ref: None,
             ..ReconcileSpec::default()
         };
         let value = json!({ "spec": serde_json::to_value(&spec).unwrap() });

@@ -12,7 +12,7 @@ use super::decode::{Names, Object, Spec};
 use super::invalid;
 use crate::api::status::ApiError;
 use crate::auth::delegated::Delegated;
-use crate::auth::resources::{ResolveError, Resources, split_api_version};
+use crate::auth::resources::{ResolveError, Resources, ServedResource, split_api_version};
 use crate::auth::{Attributes, AuthError, User};
 use crate::v1alpha1::{Operation, Plugin};
 
@@ -104,17 +104,65 @@ impl ObjectAccess {
                 return Err(ApiError::Internal(error.to_string()));
             }
         };
-        let attributes = Attributes::object(right, group, &resource, &namespace, &name);
+        let target = Target {
+            field,
+            group,
+            resource: &resource,
+            namespace: &namespace,
+            name: &name,
+        };
+        self.authorize(user, right, &target).await
+    }
+
+    /// The resource serving `kind` in `api_version`, by discovery (cached).
+    pub async fn served(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<ServedResource, ResolveError> {
+        self.resources.resolve(api_version, kind).await
+    }
+
+    /// `Ok` when `user` holds `right` on `target`; a refusal is a 403
+    /// naming the target's field, verb and resource.
+    pub async fn authorize(
+        &self,
+        user: &User,
+        right: Right,
+        target: &Target<'_>,
+    ) -> Result<(), ApiError> {
+        if self.delegated.always_allowed(user) {
+            return Ok(());
+        }
+        let Target {
+            field,
+            group,
+            resource,
+            namespace,
+            name,
+        } = *target;
+        let attributes = Attributes::object(right, group, resource, namespace, name);
         match self.delegated.authorize(user, &attributes).await {
             Ok(()) => Ok(()),
             Err(AuthError::Forbidden(message)) => Err(ApiError::ForbiddenObject {
                 message,
                 field: field.to_owned(),
                 group: group.to_owned(),
-                resource,
-                name: name.into_owned(),
+                resource: resource.to_owned(),
+                name: name.to_owned(),
             }),
             Err(other) => Err(other.into()),
         }
     }
+}
+
+/// An object a right is checked on: the request's field that names it, and
+/// where it is served (an empty namespace for a cluster-scoped one).
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub field: &'a str,
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
 }

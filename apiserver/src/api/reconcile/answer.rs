@@ -122,6 +122,7 @@ pub fn body(request: &Request<'_>, status: &ReconcileStatus) -> Result<Vec<u8>, 
             inner.name("object");
             inner.out.extend_from_slice(object.raw);
         }
+        inner.optional("objectRef", spec.object_ref.as_ref())?;
         if !spec.extensions.is_empty() {
             inner.name("extensions");
             inner.out.push(b'[');

@@ -21,7 +21,7 @@ use serde::Deserializer;
 use serde::de::{DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::scan::{Key, Reason, Scanner, SyntaxError};
-use crate::v1alpha1::{ApiSelector, Reconcile, ReconcileSpec, ReconcileStatus};
+use crate::v1alpha1::{ApiSelector, Reconcile, ReconcileSpec, ReconcileStatus, StoredObjectRef};
 
 /// A decoded Reconcile request, borrowing the object and extensions from
 /// the body.
@@ -43,6 +43,7 @@ pub struct Spec<'a> {
     pub dry_run: bool,
     pub timeout_seconds: Option<i64>,
     pub object: Option<Object<'a>>,
+    pub object_ref: Option<StoredObjectRef>,
     pub extensions: Vec<Object<'a>>,
     pub api: Option<ApiSelector>,
     pub preferred_implementation: Option<String>,
@@ -116,6 +117,41 @@ impl std::fmt::Debug for Text<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.value().fmt(f)
     }
+}
+
+impl Request<'_> {
+    /// This request with other objects: those kplug read for a reconcile
+    /// by reference.
+    pub fn with_objects<'b>(&self, object: Object<'b>, extensions: Vec<Object<'b>>) -> Request<'b> {
+        let spec = &self.spec;
+        Request {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            metadata: self.metadata.clone(),
+            spec: Spec {
+                operation: spec.operation.clone(),
+                dry_run: spec.dry_run,
+                timeout_seconds: spec.timeout_seconds,
+                object: Some(object),
+                object_ref: spec.object_ref.clone(),
+                extensions,
+                api: spec.api.clone(),
+                preferred_implementation: spec.preferred_implementation.clone(),
+                required_implementation: spec.required_implementation.clone(),
+                version_constraint: spec.version_constraint.clone(),
+                plugin: spec.plugin.clone(),
+            },
+            unknown: self.unknown.clone(),
+        }
+    }
+}
+
+/// Reads one whole object, as kube-apiserver serves it, and its head.
+pub fn stored_object(bytes: &[u8]) -> Result<Object<'_>, SyntaxError> {
+    let mut s = Scanner::new(bytes);
+    let read = object(&mut s)?;
+    s.end()?;
+    Ok(read)
 }
 
 /// Decodes a Reconcile request body.
@@ -194,6 +230,9 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
                 } else {
                     Some(object(s)?)
                 };
+            }
+            b"objectRef" => {
+                spec.object_ref = typed(s, 2)?;
             }
             b"extensions" => {
                 spec.extensions = extensions(s)?;

@@ -64,6 +64,7 @@ pub(crate) fn same_as_serde(
         || spec.dry_run != their_spec.dry_run
         || spec.timeout_seconds != their_spec.timeout_seconds
         || spec.api != their_spec.api
+        || spec.object_ref != their_spec.object_ref
         || spec.plugin != their_spec.plugin
         || spec.preferred_implementation != their_spec.preferred_implementation
         || spec.required_implementation != their_spec.required_implementation

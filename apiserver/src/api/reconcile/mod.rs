@@ -7,6 +7,7 @@
 
 mod access;
 mod answer;
+mod by_reference;
 mod canary;
 mod decode;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -314,6 +315,7 @@ async fn reconcile(
         operation,
         timeout,
         versions,
+        reference,
     } = validate(request, &state.reconcile, addressed.namespace)?;
     let spec = &request.spec;
     let (plugin, selection) = state
@@ -329,6 +331,32 @@ async fn reconcile(
         )
         .map_err(select_error)?;
     trail.plugin = plugin.name().to_owned();
+    let read;
+    let resolved;
+    let (body, request) = match &reference {
+        None => (body, request),
+        Some(reference) => {
+            let (Some(access), Some(stored)) = (&state.object_access, &state.stored) else {
+                return Err(invalid(
+                    "spec.objectRef",
+                    "Forbidden: kplug runs standalone, with no cluster to read the object from: \
+                     send it in spec.object",
+                ));
+            };
+            let reading = by_reference::read(access, stored, user, reference);
+            read = tokio::time::timeout(timeout, reading).await.map_err(|_| {
+                ApiError::Timeout(format!(
+                    "reading {:?} and its extensions took longer than the reconcile's \
+                         timeout ({timeout:?})",
+                    reference.name
+                ))
+            })??;
+            let (object, extensions) = read.objects()?;
+            resolved = request.with_objects(object, extensions);
+            (&read.buffer, &resolved)
+        }
+    };
+    let spec = &request.spec;
     // Nothing reaches a plugin, shadows included, for a caller who may not
     // act on the objects themselves.
     if let Some(access) = &state.object_access {

@@ -1,15 +1,17 @@
 //! The audit log's line for a reconcile: what the request asked, and what
 //! happened to it, filled in as the reconcile goes.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::response::Response;
 use kplug_proto::trace::TraceParent;
 
-use super::decode::Request;
+use super::decode::{Names, Request};
 use crate::api::status::ApiError;
 use crate::audit::{self, AuditLog};
 use crate::auth::User;
+use crate::v1alpha1::StoredObjectRef;
 
 /// What the audit log says of a reconcile beyond its request, filled in
 /// as the reconcile goes.
@@ -33,11 +35,11 @@ impl Trail {
         result: &Result<Response, ApiError>,
         elapsed: Duration,
     ) {
-        let names = request
-            .spec
-            .object
-            .map(|object| object.head.names())
-            .unwrap_or_default();
+        let names = match (&request.spec.object, &request.spec.object_ref) {
+            (Some(object), _) => object.head.names(),
+            (None, Some(reference)) => referenced(reference),
+            (None, None) => Names::default(),
+        };
         let (code, outcome, message) = match result {
             Ok(response) => (
                 response.status().as_u16(),
@@ -77,5 +79,19 @@ impl Trail {
             message: &message,
             duration_seconds: elapsed.as_secs_f64(),
         });
+    }
+}
+
+/// The names of an object by reference, as far as the request says them.
+fn referenced(reference: &StoredObjectRef) -> Names<'_> {
+    let kind = match reference.kind.as_str() {
+        "" => &reference.resource,
+        _ => &reference.kind,
+    };
+    Names {
+        api_version: Cow::Borrowed(&reference.api_version),
+        kind: Cow::Borrowed(kind),
+        namespace: Cow::Borrowed(&reference.namespace),
+        name: Cow::Borrowed(&reference.name),
     }
 }
