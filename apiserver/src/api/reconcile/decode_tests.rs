@@ -27,6 +27,13 @@ fn same_as_serde(body: &str) -> Request<'_> {
 fn decodes_what_serde_decoded_and_finds_the_same_unknown_fields() {
     let cases: &[(&str, &[&str])] = &[
         (&body_with_spec(&format!(r#"{{"object":{OBJECT}}}"#)), &[]),
+        // A reference, typed; its unknown fields are not checked, as api's.
+        (
+            &body_with_spec(
+                r#"{"objectRef":{"apiVersion":"v1","kind":"ConfigMap","namespace":"a","name":"b","extensionsPath":"spec.x","colour":1}}"#,
+            ),
+            &[],
+        ),
         // Unknown fields at several depths: only the top level and spec
         // are checked, as before; the object and spec.api are not.
         (
@@ -176,6 +183,9 @@ fn rejects_what_serde_rejected_with_the_same_message() {
         "{\n  \"kind\": \"Reconcile\"\n}",
         // Wrong types, decoded by serde from the field's slice.
         r#"{"spec":{"dryRun":"yes"}}"#,
+        r#"{"spec":{"objectRef":"users"}}"#,
+        r#"{"spec":{"objectRef":{"name":7}}}"#,
+        r#"{"spec":{"objectRef":{},"objectRef":{}}}"#,
         "{\"spec\":{\n\"timeoutSeconds\": 1.5}}",
         r#"{"spec":{"timeoutSeconds":9223372036854775808}}"#,
         r#"{"spec":{"operation":5}}"#,

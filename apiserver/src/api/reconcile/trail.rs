@@ -37,7 +37,7 @@ impl Trail {
     ) {
         let names = match (&request.spec.object, &request.spec.object_ref) {
             (Some(object), _) => object.head.names(),
-            (None, Some(reference)) => referenced(reference),
+            (None, Some(reference)) => referenced(reference, request.metadata.namespace.as_deref()),
             (None, None) => Names::default(),
         };
         let (code, outcome, message) = match result {
@@ -82,8 +82,9 @@ impl Trail {
     }
 }
 
-/// The names of an object by reference, as far as the request says them.
-fn referenced(reference: &StoredObjectRef) -> Names<'_> {
+/// The names of an object by reference, as far as the request says them:
+/// in the request's namespace unless it names one.
+fn referenced<'a>(reference: &'a StoredObjectRef, namespace: Option<&'a str>) -> Names<'a> {
     let kind = match reference.kind.as_str() {
         "" => &reference.resource,
         _ => &reference.kind,
@@ -91,7 +92,10 @@ fn referenced(reference: &StoredObjectRef) -> Names<'_> {
     Names {
         api_version: Cow::Borrowed(&reference.api_version),
         kind: Cow::Borrowed(kind),
-        namespace: Cow::Borrowed(&reference.namespace),
+        namespace: Cow::Borrowed(match reference.namespace.as_str() {
+            "" => namespace.unwrap_or_default(),
+            own => own,
+        }),
         name: Cow::Borrowed(&reference.name),
     }
 }
