@@ -458,6 +458,11 @@ pub struct ReconcileArgs {
     /// Print the whole Reconcile answer as yaml or json.
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Format>,
+    /// Send a reference (spec.objectRef) instead of the object: kplug reads
+    /// the object and its extensions itself, after checking that you may
+    /// get them, so the plugin sees exactly what is stored.
+    #[arg(long)]
+    pub by_reference: bool,
     /// The plugin's deadline.
     #[arg(long, default_value = "30s", value_parser = kplug_proto::duration::parse)]
     pub timeout: Duration,

@@ -6,12 +6,13 @@
 use std::io::Write;
 
 use http::{Method, Request, header};
-use kplug_api::v1alpha1::{ApiSelector, Operation, Reconcile, ReconcileStatus};
+use kplug_api::reference::FieldPath;
+use kplug_api::v1alpha1::{ApiSelector, Operation, Reconcile, ReconcileStatus, StoredObjectRef};
 use kplug_operator::binding::{bound_implementation, bound_major_version, version_constraint};
 use kplug_operator::delegate::{Delegation, reconciles_path, request_body};
 use kplug_operator::extensions::{Resolver, parse_references};
-use kube::Client;
 use kube::api::{Api, DynamicObject};
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::cli::{DryRun, Format, ReconcileArgs};
@@ -46,10 +47,28 @@ async fn read_object(
 }
 
 /// The string at `path` in the object, when it is a non-empty string.
-fn string_at<'a>(object: &'a DynamicObject, path: &kplug_operator::FieldPath) -> Option<&'a str> {
+fn string_at<'a>(object: &'a DynamicObject, path: &FieldPath) -> Option<&'a str> {
     path.get(&object.data)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
+}
+
+/// The reference kplug reads `object` by, and its extensions at `path`.
+fn reference(object: &DynamicObject, path: &FieldPath) -> StoredObjectRef {
+    let types = object.types.clone().unwrap_or_default();
+    let extensions_path = if *path == FieldPath::default_extensions() {
+        String::new()
+    } else {
+        path.to_string()
+    };
+    StoredObjectRef {
+        api_version: types.api_version,
+        kind: types.kind,
+        resource: String::new(),
+        namespace: object.metadata.namespace.clone().unwrap_or_default(),
+        name: object.name_any(),
+        extensions_path,
+    }
 }
 
 /// Sends the Reconcile of `object` where the operator would (in the
@@ -118,13 +137,18 @@ pub async fn run(
     let namespace = found.namespaced.then_some(namespace);
     let object = read_object(client, &found, namespace, &target.name).await?;
 
-    // The operator's defaults, so that the same object sends the same request.
+    // The operator's defaults, so that the same object sends the same
+    // request; by reference, kplug reads the extensions itself.
     let path = &args.extensions_path;
-    let references = parse_references(&path.to_string(), path.get(&object.data))
-        .map_err(kplug_operator::ExtensionError::from)?;
-    let extensions = Resolver::new(client.clone())
-        .resolve(&references, namespace)
-        .await?;
+    let extensions = if args.by_reference {
+        Vec::new()
+    } else {
+        let references = parse_references(&path.to_string(), path.get(&object.data))
+            .map_err(kplug_operator::ExtensionError::from)?;
+        Resolver::new(client.clone())
+            .resolve(&references, namespace)
+            .await?
+    };
     let bound = bound_implementation(&object);
     let required = args.binding.required(bound, false);
     let preferred = args
@@ -163,6 +187,10 @@ pub async fn run(
     .map_err(|e| Error::Output(e.to_string()))?;
     body.spec.dry_run = args.dry_run == DryRun::Server;
     body.spec.plugin = args.plugin.clone();
+    if args.by_reference {
+        body.spec.object = None;
+        body.spec.object_ref = Some(reference(&object, path));
+    }
 
     if args.dry_run == DryRun::Client {
         let request = serde_json::to_value(&body).map_err(|e| Error::Output(e.to_string()))?;

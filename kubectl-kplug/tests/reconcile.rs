@@ -142,6 +142,60 @@ fn kubectl_kplug_on_a_real_control_plane() {
     assert_eq!(answer["status"]["plugin"]["name"], PG_PLUGIN);
     assert_eq!(answer["status"]["results"][0]["reason"], "UpToDate");
 
+    // By reference: kplug reads the object and its extensions with its own
+    // identity, once `create plugin`'s read role grants it.
+    let by_reference = ["reconcile", "dbtable/users", "--by-reference", "-o", "json"];
+    let refused = fails(&cli.run(&admin, &by_reference));
+    assert!(
+        refused.contains("kplug may not read databasetables.myorg.org \"users\""),
+        "{refused}"
+    );
+    let manifests = ok(&cli.run(
+        &admin,
+        &[
+            "create",
+            "plugin",
+            PG_PLUGIN,
+            "--image",
+            "unused",
+            "--api",
+            "databasetables.myorg.org/v1alpha1",
+            "--extension-resource",
+            "databasetablemariadbextensions.myorg.org",
+            "--extension-resource",
+            "databasetablepostgresqlextensions.myorg.org",
+        ],
+    ));
+    let read_role: Vec<&str> = manifests
+        .split("\n---\n")
+        .filter(|document| document.contains("name: kplug:read:"))
+        .collect();
+    assert_eq!(read_role.len(), 2, "{manifests}");
+    cluster.apply(&read_role.join("\n---\n"));
+    let mut answer = Value::Null;
+    wait_until("a reconcile by reference", Duration::from_secs(30), || {
+        let output = cli.run(&admin, &by_reference);
+        answer = serde_json::from_slice(&output.stdout).map_err(|_| output_text(&output))?;
+        Ok::<(), String>(())
+    });
+    assert_eq!(answer["status"]["success"], true, "{answer:#}");
+    assert_eq!(answer["spec"]["objectRef"]["name"], "users");
+    assert_eq!(
+        answer["spec"]["object"]["metadata"]["resourceVersion"],
+        object["metadata"]["resourceVersion"]
+    );
+    let kinds: Vec<&str> = answer["spec"]["extensions"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|e| e["kind"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        kinds,
+        [
+            "DatabaseTableMariaDbExtension",
+            "DatabaseTablePostgreSqlExtension"
+        ]
+    );
+
     let yaml = ok(&cli.run(
         &admin,
         &[
