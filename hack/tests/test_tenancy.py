@@ -1,9 +1,10 @@
 """A reconcile acts only on what its caller may touch, on the real cluster, with kplug and the DatabaseTable
 plugins installed by the READMEs: an identity that may create reconciles and nothing else forges a Finalize of
 another team's DatabaseTable; kplug refuses it in kube-apiserver's words before any plugin is called, and writes
-an audit line for it. Given the right a controller of that object holds, the same call reaches the plugin. And a
+an audit line for it. Given the right a controller of that object holds, the same call reaches the plugin. A
 team's identity bound in its namespace alone reconciles there through ``namespaces/team-a/reconciles``, and nowhere
-else.
+else, and so does the zero-code operator run as a pod with ``--namespace`` and README's RBAC for one namespace.
+A reconcile by reference sends the stored object, and one of a missing object is a 404.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import subprocess
 from collections.abc import Callable
 
+import pytest
 from install import KPLUG_NS, KPLUG_SELECTOR, PLUGINS, Installed
 from kubecluster import Cluster, wait_for
 
@@ -56,6 +58,21 @@ def kubectl_create_as(cluster: Cluster, who: str, namespace: str, body: str) -> 
         ["kubectl", "--kubeconfig", cluster.kubeconfig, f"--as={who}", "-n", namespace, "create", "-f", "-", "-o", "json"],
         input=body, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+
+
+def created_as(cluster: Cluster, who: str, namespace: str, body: str, what: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl_create_as``, again until it succeeds (RBAC bindings take a moment to reach every cache); a failure
+    shows kubectl's last words."""
+    tries: list[subprocess.CompletedProcess[str]] = []
+
+    def succeeded() -> subprocess.CompletedProcess[str] | None:
+        tries.append(kubectl_create_as(cluster, who, namespace, body))
+        return tries[-1] if tries[-1].returncode == 0 else None
+
+    try:
+        return wait_for(what, succeeded, 30)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; kubectl said: {tries[-1].stderr if tries else 'nothing'}") from None
 
 
 def reconcile_as(cluster: Cluster, who: str, body: str) -> subprocess.CompletedProcess[str]:
@@ -154,8 +171,7 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:
 subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
 """
     )
-    ours = reconcile_in("team-a", "ours")
-    done = wait_for("team-a's reconcile", lambda: (done := kubectl_create_as(cluster, TEAM_A_OPERATOR, "team-a", ours)).returncode == 0 and done, 30)
+    done = created_as(cluster, TEAM_A_OPERATOR, "team-a", reconcile_in("team-a", "ours"), "team-a's reconcile")
     answer = json.loads(done.stdout)
     assert answer["metadata"]["namespace"] == "team-a" and answer["status"]["plugin"]["name"] == PLUGIN, answer
 
@@ -179,3 +195,186 @@ subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
         30,
     )
     assert event["objectRef"]["namespace"] == "team-b" and event["operationId"] == "" and event["instance"] == "", event
+
+
+TEAM_C_READER = "system:serviceaccount:team-c:tables-reader"
+
+
+def by_reference(name: str) -> str:
+    """A dry-run Reconcile, pinned to the PostgreSQL plugin, of the stored DatabaseTable ``name`` (``spec.objectRef``)."""
+    return json.dumps({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {
+            "plugin": PLUGIN,
+            "dryRun": True,
+            "objectRef": {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "name": name},
+        },
+    })
+
+
+def test_a_reconcile_by_reference_sends_the_stored_object_and_a_missing_one_is_404(installed: Installed) -> None:
+    """kplug reads the object with the right the example's plugin manifests grant it (``kplug:read:PLUGIN``), once
+    the caller may read it; the namespace is the request's, so a name alone is enough."""
+    cluster = installed.cluster
+    cluster.apply(
+        f"""apiVersion: v1
+kind: Namespace
+metadata: {{name: team-c}}
+---
+apiVersion: myorg.org/v1alpha1
+kind: DatabaseTable
+metadata: {{name: stored, namespace: team-c}}
+spec: {{serverName: nowhere, columns: [{{name: id, type: uint64}}]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: tables-reader, namespace: team-c}}
+rules: [{{apiGroups: [myorg.org], resources: [databasetables], verbs: [get]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: tables-reader, namespace: team-c}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-reader}}
+subjects: [{{kind: User, name: "{TEAM_C_READER}"}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: "kplug:operator", namespace: team-c}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
+subjects: [{{kind: User, name: "{TEAM_C_READER}"}}]
+"""
+    )
+    done = created_as(cluster, TEAM_C_READER, "team-c", by_reference("stored"), "the reconcile by reference")
+    answer = json.loads(done.stdout)
+    stored = cluster.kubectl_json("-n", "team-c", "get", "databasetable", "stored")
+    assert answer["status"]["plugin"]["name"] == PLUGIN, answer
+    assert answer["spec"]["object"]["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"], answer
+    assert answer["spec"]["object"]["spec"] == stored["spec"], answer
+
+    missing = kubectl_create_as(cluster, TEAM_C_READER, "team-c", by_reference("absent"))
+    assert missing.returncode != 0, missing.stdout
+    assert missing.stderr.startswith("Error from server (NotFound): "), missing.stderr
+    assert 'databasetables.myorg.org "absent" not found' in missing.stderr, missing.stderr
+    [event] = wait_for(
+        "the 404's audit line",
+        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_C_READER and e["code"] == 404) or None,
+        30,
+    )
+    assert event["objectRef"] == {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "namespace": "team-c", "name": "absent"}, event
+    assert event["instance"] == "" and event["outcome"] == "NotFound", event
+
+
+OPERATOR_NS = "team-d"
+TEAM_D_OPERATOR = f"system:serviceaccount:{OPERATOR_NS}:tables-operator"
+EXAMPLE_OPERATOR = ("plugins", "database-table-operator")
+
+
+def namespaced_operator(namespace: str) -> str:
+    """kplug-operator for DatabaseTables of ``namespace`` only, with README's RBAC for one namespace ("Zero code"):
+    a Role and RoleBindings there, and the one cluster-wide binding, ``kplug:reader``."""
+    return f"""apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: tables-operator, namespace: {namespace}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: tables-operator, namespace: {namespace}}}
+rules:
+- {{apiGroups: [myorg.org], resources: [databasetables], verbs: [get, list, watch, update, patch]}}
+- {{apiGroups: [myorg.org], resources: [databasetables/status, databasetables/finalizers], verbs: [update, patch]}}
+- {{apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: tables-operator, namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-operator}}
+subjects: [{{kind: ServiceAccount, name: tables-operator, namespace: {namespace}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: "kplug:operator", namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
+subjects: [{{kind: ServiceAccount, name: tables-operator, namespace: {namespace}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: "kplug:reader:{namespace}-tables-operator"}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:reader"}}
+subjects: [{{kind: ServiceAccount, name: tables-operator, namespace: {namespace}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: tables-operator, namespace: {namespace}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app.kubernetes.io/name: tables-operator}}}}
+  template:
+    metadata: {{labels: {{app.kubernetes.io/name: tables-operator}}}}
+    spec:
+      serviceAccountName: tables-operator
+      enableServiceLinks: false
+      securityContext: {{runAsNonRoot: true, runAsUser: 65532, seccompProfile: {{type: RuntimeDefault}}}}
+      containers:
+      - name: operator
+        image: ghcr.io/kplug/kplug-operator:0.1.0
+        imagePullPolicy: IfNotPresent
+        args: [--resource=databasetables.myorg.org, --namespace={namespace}, --leader-elect=false,
+               --metrics-secure=false, --field-manager=tables-operator, --finalizer=myorg.org/database-table]
+        securityContext: {{allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {{drop: [ALL]}}}}
+"""
+
+
+def table(namespace: str, name: str) -> str:
+    return f"""apiVersion: myorg.org/v1alpha1
+kind: DatabaseTable
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{name: id, type: uint64}}]}}
+"""
+
+
+@pytest.mark.adds_to_the_installation
+def test_a_zero_code_operator_bound_in_its_namespace_delegates_its_objects_and_nothing_else(installed: Installed) -> None:
+    """The example's cluster-wide operator is scaled to zero meanwhile, so that only the namespaced one acts."""
+    cluster = installed.cluster
+    namespace, name = EXAMPLE_OPERATOR
+    cluster.kubectl("-n", namespace, "scale", "deployment", name, "--replicas=0")
+    selector = f"app.kubernetes.io/name={name}"
+    wait_for("the example operator gone", lambda: not cluster.kubectl_json("-n", namespace, "get", "pods", "-l", selector)["items"], 120)
+    try:
+        for other in (OPERATOR_NS, "team-e"):
+            cluster.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {other}}}\n")
+        cluster.apply(namespaced_operator(OPERATOR_NS))
+        cluster.apply(table(OPERATOR_NS, "ours"))
+        cluster.apply(table("team-e", "theirs"))
+
+        # The operator delegated its object through kube-apiserver and kplug, and wrote the plugin's answer back.
+        ours = wait_for(
+            "the plugin's answer in team-d's DatabaseTable",
+            lambda: (t := cluster.kubectl_json("-n", OPERATOR_NS, "get", "databasetable", "ours")).get("status", {}).get("plugin", {}).get("name") in PLUGINS and t,
+            120,
+        )
+        assert any(c["type"] == "Ready" for c in ours["status"]["conditions"]), ours["status"]
+        assert "myorg.org/database-table" in ours["metadata"]["finalizers"], ours["metadata"]
+        [event, *_] = wait_for(
+            "the operator's audit line",
+            lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_D_OPERATOR and e["code"] == 201) or None,
+            30,
+        )
+        assert event["objectRef"]["namespace"] == OPERATOR_NS and event["objectRef"]["name"] == "ours", event
+
+        # team-e's object, which it does not watch, is untouched; and its identity may not delegate it.
+        theirs = cluster.kubectl_json("-n", "team-e", "get", "databasetable", "theirs")
+        assert "status" not in theirs and not theirs["metadata"].get("finalizers"), theirs
+        refused = kubectl_create_as(cluster, TEAM_D_OPERATOR, "team-e", reconcile_in("team-e", "theirs"))
+        assert refused.returncode != 0 and "Error from server (Forbidden): " in refused.stderr, refused.stderr
+        assert f'User "{TEAM_D_OPERATOR}" cannot create resource "reconciles"' in refused.stderr, refused.stderr
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", input=namespaced_operator(OPERATOR_NS))
+        # With no database here the plugin cannot drop the table: let the objects go without their Finalize.
+        for where, table_name in ((OPERATOR_NS, "ours"), ("team-e", "theirs")):
+            if cluster.kubectl("-n", where, "get", "databasetable", table_name, "--ignore-not-found", "-o", "name"):
+                cluster.kubectl("-n", where, "patch", "databasetable", table_name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+                cluster.kubectl("-n", where, "delete", "databasetable", table_name, "--ignore-not-found", "--wait=true")
+        cluster.kubectl("-n", namespace, "scale", "deployment", name, "--replicas=2")
+        cluster.kubectl("-n", namespace, "rollout", "status", "deployment", name, "--timeout=120s", timeout=150)
