@@ -7,7 +7,10 @@
 //!    plugins, as JSON and as a server-side Table, over one HTTP/2 TLS
 //!    connection authenticated with the admin client certificate;
 //! 3. the server's resident memory, idle, with 1,000 and 10,000 plugins, and
-//!    after the list runs (over 200 lists of 10,000 plugins).
+//!    after the list runs (over 200 lists of 10,000 plugins);
+//! 4. the same heartbeats written the way kplug replaces, as the status of a
+//!    custom resource through a real kube-apiserver and etcd
+//!    ([`crd_status`]), so that kplug's ratio to it comes from one run.
 //!
 //! With `KPLUG_BASELINE=REV` (a commit), kplug built at REV runs beside the
 //! current build and gets the same load: lists alternate between the two in
@@ -20,6 +23,7 @@
 //! Run with `cargo build --release -p kplug-apiserver && cargo bench -p
 //! kplug-apiserver --bench load`.
 
+mod crd_status;
 mod heartbeats;
 mod lists;
 mod report;
@@ -96,6 +100,11 @@ fn main() -> Result<()> {
         runtime.block_on(lists::lists_and_memory(&servers))?
     };
     let heartbeats = heartbeats::run(&runtime, &builds)?;
+    let work = tempfile::Builder::new()
+        .prefix("kplug-load-")
+        .tempdir_in("/tmp")
+        .context("a work directory")?;
+    let crd_status = crd_status::run(&runtime, work.path(), crd_status::WRITES)?;
 
     let others = usage_before.usage()?.other_load();
     let mut binaries = vec![("Server", binary.as_path())];
@@ -108,6 +117,7 @@ fn main() -> Result<()> {
     };
     print_machine(&binaries, &command, others)?;
     report::print_heartbeats(&builds, &heartbeats);
+    report::print_against_crd_status(&heartbeats, &crd_status);
     report::print_lists(&builds, &lists);
     report::print_memory(&builds, &memory);
     Ok(())

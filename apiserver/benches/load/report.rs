@@ -6,6 +6,7 @@ use std::time::Duration;
 use kplug_test_support::report::{mib, ms, size, thousands, verdict};
 
 use crate::Build;
+use crate::crd_status::{CrdStatusRun, OBJECTS, WRITERS};
 use crate::heartbeats::{CHANNELS, HeartbeatRun, IN_FLIGHT_PER_CHANNEL, ROUNDS};
 use crate::lists::{LIST_REQUESTS, LIST_ROUNDS, LIST_WARMUP, ListRun, MemoryPoint, PLUGINS_PATH};
 
@@ -13,6 +14,10 @@ use crate::lists::{LIST_REQUESTS, LIST_ROUNDS, LIST_WARMUP, ListRun, MemoryPoint
 const TARGET_HEARTBEATS_PER_SECOND: f64 = 10_000.0;
 const TARGET_LIST_P50: Duration = Duration::from_millis(10);
 const TARGET_RSS_KIB: u64 = 50 * 1024;
+/// kplug's heartbeats against the same heartbeats written as CRD status
+/// (issue 29): unchanged ones, and first registrations.
+const TARGET_UNCHANGED_RATIO: f64 = 50.0;
+const TARGET_FIRST_RATIO: f64 = 40.0;
 /// Heartbeat throughput must not fall below the baseline's; runs of the
 /// same build differ by a few percent, so this much below still counts as
 /// level.
@@ -164,6 +169,38 @@ pub fn print_memory(builds: &[Build], points: &[MemoryPoint]) {
             None => String::new(),
         };
         println!("| {} | {} |{before} {target} |", point.state, mib(current));
+    }
+    println!();
+}
+
+/// The current build's heartbeats beside the CRD-status way, from the same
+/// run.
+pub fn print_against_crd_status(runs: &[HeartbeatRun], crd: &CrdStatusRun) {
+    let per_write = crd.server_cpu.as_secs_f64() * 1e6 / crd.writes.max(1) as f64;
+    println!(
+        "## Heartbeats against the CRD-status way\n\nThe same heartbeats written as the status of \
+         a custom resource, in this run: {} objects of a CRD with a status subresource on \
+         `hack/control-plane.sh`'s kube-apiserver and etcd, {WRITERS} merge patches of \
+         `status.lastHeartbeatTime` in flight, {} timed after one warm-up write per object: \
+         {} writes/s, p50 {}, p99 {}, kube-apiserver and etcd CPU {per_write:.1} µs per write.\n",
+        thousands(OBJECTS),
+        thousands(crd.writes),
+        thousands(crd.per_second() as usize),
+        ms(crd.latencies.percentile(50.0), 2),
+        ms(crd.latencies.percentile(99.0), 2),
+    );
+    println!("| kplug (current build) | Accepted/s | CRD status writes/s | Ratio | Target |");
+    println!("|---|---:|---:|---:|---|");
+    let targets = [TARGET_UNCHANGED_RATIO, TARGET_FIRST_RATIO];
+    for (run, target) in runs.iter().filter(|r| r.build == 0).zip(targets) {
+        let ratio = run.per_second() / crd.per_second();
+        println!(
+            "| {} | {} | {} | {ratio:.1} | ≥ {target:.0}: {} |",
+            run.variant,
+            thousands(run.per_second() as usize),
+            thousands(crd.per_second() as usize),
+            verdict(ratio >= target),
+        );
     }
     println!();
 }
