@@ -1,8 +1,18 @@
-//! kube-rs errors as a person reads them: kube-rs's own `Display` of an API
-//! error appends the whole `Status` in `Debug` form (`ApiError: ...
-//! (Status { status: Some(Failure), code: 403, ... })`); here it is
-//! kube-apiserver's message with its code and reason, as kubectl prints
-//! `Error from server (Reason)`.
+//! kube-apiserver's words: kube-rs errors as a person reads them (kube-rs's
+//! own `Display` of an API error appends the whole `Status` in `Debug` form,
+//! `ApiError: ... (Status { status: Some(Failure), code: 403, ... })`; here
+//! it is kube-apiserver's message with its code and reason, as kubectl
+//! prints `Error from server (Reason)`), and resources named as its
+//! messages name them.
+
+/// The group-qualified resource: `widgets.example.com`, or `configmaps` for
+/// the core group.
+pub fn qualified_resource(resource: &str, group: &str) -> String {
+    match group {
+        "" => resource.to_owned(),
+        group => format!("{resource}.{group}"),
+    }
+}
 
 /// A kube client error, worded.
 pub fn kube_error(error: &kube::Error) -> String {

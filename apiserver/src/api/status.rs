@@ -199,10 +199,8 @@ impl ApiError {
 /// kube-apiserver's words for a missing object: `widgets.example.com "w1"
 /// not found`, `configmaps "settings" not found`.
 fn qualified_not_found(resource: &str, group: &str, name: &str) -> String {
-    match group {
-        "" => format!("{resource} {name:?} not found"),
-        group => format!("{resource}.{group} {name:?} not found"),
-    }
+    let resource = crate::kube_words::qualified_resource(resource, group);
+    format!("{resource} {name:?} not found")
 }
 
 /// A refused caller, as kube-apiserver answers one: `401` for an unknown

@@ -184,13 +184,7 @@ impl Attributes {
                 } else {
                     format!("{resource}/{subresource}")
                 };
-                // The group-qualified resource: `widgets.example.com`, or
-                // `configmaps` for the core group.
-                let qualified = if group.is_empty() {
-                    resource.clone()
-                } else {
-                    format!("{resource}.{group}")
-                };
+                let qualified = crate::kube_words::qualified_resource(resource, group);
                 let object = if name.is_empty() {
                     qualified
                 } else {

@@ -24,6 +24,7 @@ use super::validate::{Reference, ServedAs};
 use crate::api::status::ApiError;
 use crate::auth::User;
 use crate::auth::resources::{ResolveError, ServedResource, split_api_version};
+use crate::kube_words::qualified_resource;
 use crate::stored::{Location, ReadError, StoredObjects};
 
 /// Retry-After when kube-apiserver could not be read.
@@ -93,7 +94,7 @@ pub(super) async fn read(
             "spec.objectRef.namespace",
             format!(
                 "Required value: {} is namespaced",
-                qualified(&served.plural, group)
+                qualified_resource(&served.plural, group)
             ),
         ));
     }
@@ -240,16 +241,8 @@ async fn served(
         })
 }
 
-/// `widgets.example.com`, or `configmaps` in the core group.
-fn qualified(resource: &str, group: &str) -> String {
-    match group {
-        "" => resource.to_owned(),
-        group => format!("{resource}.{group}"),
-    }
-}
-
 fn read_error(error: ReadError, location: &Location<'_>) -> ApiError {
-    let resource = qualified(location.resource, location.group);
+    let resource = qualified_resource(location.resource, location.group);
     let name = location.name;
     let place = match location.namespace {
         "" => String::new(),
