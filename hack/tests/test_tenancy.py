@@ -52,6 +52,28 @@ def reconcile_in(namespace: str, name: str) -> str:
     })
 
 
+def reader_in(namespace: str, user: str) -> str:
+    """RBAC in ``namespace`` alone: ``user`` may create reconciles there and get its DatabaseTables (what a dry run
+    needs), nothing else."""
+    return f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: tables-reader, namespace: {namespace}}}
+rules: [{{apiGroups: [myorg.org], resources: [databasetables], verbs: [get]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: tables-reader, namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-reader}}
+subjects: [{{kind: User, name: "{user}"}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: "kplug:operator", namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
+subjects: [{{kind: User, name: "{user}"}}]
+"""
+
+
 def kubectl_create_as(cluster: Cluster, who: str, namespace: str, body: str) -> subprocess.CompletedProcess[str]:
     """``kubectl create -f -`` of a Reconcile: kubectl posts it to the namespace's reconciles (discovery says so)."""
     return subprocess.run(
@@ -152,25 +174,7 @@ def test_an_identity_bound_in_its_namespace_reconciles_there_and_nowhere_else(in
     for namespace in ("team-a", "team-b"):
         cluster.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n")
     # Everything in team-a: create reconciles there, get its DatabaseTables (what a dry run needs).
-    cluster.apply(
-        f"""apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: tables-reader, namespace: team-a}}
-rules: [{{apiGroups: [myorg.org], resources: [databasetables], verbs: [get]}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: tables-reader, namespace: team-a}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-reader}}
-subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: "kplug:operator", namespace: team-a}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
-subjects: [{{kind: User, name: "{TEAM_A_OPERATOR}"}}]
-"""
-    )
+    cluster.apply(reader_in("team-a", TEAM_A_OPERATOR))
     done = created_as(cluster, TEAM_A_OPERATOR, "team-a", reconcile_in("team-a", "ours"), "team-a's reconcile")
     answer = json.loads(done.stdout)
     assert answer["metadata"]["namespace"] == "team-a" and answer["status"]["plugin"]["name"] == PLUGIN, answer
@@ -217,34 +221,9 @@ def test_a_reconcile_by_reference_sends_the_stored_object_and_a_missing_one_is_4
     """kplug reads the object with the right the example's plugin manifests grant it (``kplug:read:PLUGIN``), once
     the caller may read it; the namespace is the request's, so a name alone is enough."""
     cluster = installed.cluster
-    cluster.apply(
-        f"""apiVersion: v1
-kind: Namespace
-metadata: {{name: team-c}}
----
-apiVersion: myorg.org/v1alpha1
-kind: DatabaseTable
-metadata: {{name: stored, namespace: team-c}}
-spec: {{serverName: nowhere, columns: [{{name: id, type: uint64}}]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: tables-reader, namespace: team-c}}
-rules: [{{apiGroups: [myorg.org], resources: [databasetables], verbs: [get]}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: tables-reader, namespace: team-c}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tables-reader}}
-subjects: [{{kind: User, name: "{TEAM_C_READER}"}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: "kplug:operator", namespace: team-c}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kplug:operator"}}
-subjects: [{{kind: User, name: "{TEAM_C_READER}"}}]
-"""
-    )
+    cluster.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-c}\n")
+    cluster.apply(table("team-c", "stored"))
+    cluster.apply(reader_in("team-c", TEAM_C_READER))
     done = created_as(cluster, TEAM_C_READER, "team-c", by_reference("stored"), "the reconcile by reference")
     answer = json.loads(done.stdout)
     stored = cluster.kubectl_json("-n", "team-c", "get", "databasetable", "stored")

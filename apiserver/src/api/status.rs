@@ -125,22 +125,12 @@ impl ApiError {
     /// The error as a `Status` object.
     pub fn to_status(&self) -> Status {
         let details = match self {
-            Self::NotFound { kind, name } => Some(StatusDetails {
-                name: Some(name.clone()),
-                group: Some(GROUP.to_owned()),
-                kind: Some((*kind).to_owned()),
-                ..StatusDetails::default()
-            }),
+            Self::NotFound { kind, name } => Some(naming(name, GROUP, kind)),
             Self::ObjectNotFound {
                 group,
                 resource,
                 name,
-            } => Some(StatusDetails {
-                name: Some(name.clone()),
-                group: Some(group.clone()),
-                kind: Some(resource.clone()),
-                ..StatusDetails::default()
-            }),
+            } => Some(naming(name, group, resource)),
             Self::Invalid { name, causes, .. } => Some(StatusDetails {
                 name: Some(name.clone()),
                 group: Some(GROUP.to_owned()),
@@ -164,15 +154,12 @@ impl ApiError {
                 resource,
                 name,
             } => Some(StatusDetails {
-                name: Some(name.clone()),
-                group: Some(group.clone()),
-                kind: Some(resource.clone()),
                 causes: Some(vec![StatusCause {
                     field: Some(field.clone()),
                     message: Some(message.clone()),
                     reason: Some("FieldValueForbidden".to_owned()),
                 }]),
-                ..StatusDetails::default()
+                ..naming(name, group, resource)
             }),
             Self::TooManyRequests { retry_after, .. }
             | Self::ServiceUnavailable { retry_after, .. } => Some(StatusDetails {
@@ -193,6 +180,17 @@ impl ApiError {
             details,
             metadata: ListMeta::default(),
         }
+    }
+}
+
+/// The details that name an object: its name, group and resource (which
+/// `StatusDetails` calls `kind`, as kube-apiserver fills it).
+fn naming(name: &str, group: &str, resource: &str) -> StatusDetails {
+    StatusDetails {
+        name: Some(name.to_owned()),
+        group: Some(group.to_owned()),
+        kind: Some(resource.to_owned()),
+        ..StatusDetails::default()
     }
 }
 
