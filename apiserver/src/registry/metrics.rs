@@ -50,12 +50,10 @@ impl Collector for RegistryCollector {
 
 impl RegistryCollector {
     /// `kplug_canary_calls_total{plugin,track,outcome}` and
-    /// `kplug_canary_withdrawals_total{plugin}`, for plugins with a canary.
+    /// `kplug_canary_withdrawals_total{plugin}`, with series for plugins
+    /// with a canary; declared without any, as every other family is.
     fn encode_canaries(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let judges = self.0.canaries.lock();
-        if judges.0.is_empty() {
-            return Ok(());
-        }
         let mut calls = encoder.encode_descriptor(
             "kplug_canary_calls",
             "Calls to plugins with canary instances, by side and how they ended",
@@ -87,13 +85,10 @@ impl RegistryCollector {
         Ok(())
     }
 
-    /// `kplug_shadow_copies_total{plugin,result}`, for plugins whose
-    /// reconciles were copied to a shadow.
+    /// `kplug_shadow_copies_total{plugin,result}`, with series for plugins
+    /// whose reconciles were copied to a shadow.
     fn encode_shadows(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let records = self.0.shadows.lock();
-        if records.0.is_empty() {
-            return Ok(());
-        }
         let mut copies = encoder.encode_descriptor(
             "kplug_shadow_copies",
             "Reconciles sampled for a shadow, by how the shadow's answer compared with the caller's",
