@@ -10,7 +10,7 @@
 # SERVICE.NAMESPACE, SERVICE.NAMESPACE.svc, SERVICE.NAMESPACE.svc.cluster.local,
 # the same four for SERVICE-registry (the headless Service plugins heartbeat through),
 # localhost, 127.0.0.1 and ::1. --ca-cert/--ca-key reuse an existing CA, to rotate
-# the serving certificate alone (see certs/README.md). Other options are
+# the serving certificate alone (see docs/src/guides/certificates.md). Other options are
 # passed to `kplug-apiserver certs` unchanged.
 #
 # The binary: see certs/kplug-apiserver.sh ($KPLUG_APISERVER overrides).
@@ -61,7 +61,7 @@ elif [ -e "$out_dir/ca.key" ]; then
   # trusting kplug at once.
   die "$out_dir already holds a CA. To rotate the serving certificate, pass
   --ca-cert $out_dir/ca.crt --ca-key $out_dir/ca.key; to rotate the CA, use a
-  new OUT_DIR and follow certs/README.md (CA rotation)."
+  new OUT_DIR and follow docs/src/guides/certificates.md (CA rotation)."
 fi
 
 umask 077 # private keys: owner only

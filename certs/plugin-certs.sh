@@ -19,7 +19,7 @@
 #            KPLUG_SERVER_NAME, else the host of its KPLUG_ADVERTISE.
 # ca.crt is both kplug's --plugin-ca-file and the plugins'
 # KPLUG_CLIENT_CA_FILE. Keys are written mode 0600; stdout lists the files
-# written. See certs/README.md ("Plugin certificates") for rotation.
+# written. See docs/src/guides/certificates.md ("Plugin certificates") for rotation.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -201,7 +201,7 @@ cluster_up() {
 install_all() {
   step "3/7 the databases, kplug, the plugins and the operator, by the READMEs' steps (hack/tests/install.py)"
   note "examples/database-table/deploy/databases/README.md, Install (random passwords)"
-  note "README.md, Installing into a cluster (images from hack/images.sh, the Kubernetes 1.20 overlay)"
+  note "README.md, Install (images from hack/images.sh, the Kubernetes 1.20 overlay)"
   note "examples/database-table/deploy/README.md, Install (the passwords in the plugins' Secrets)"
   PG_PASSWORD="$(openssl rand -hex 16)" MARIADB_PASSWORD="$(openssl rand -hex 16)" \
     python3 "$ROOT/hack/tests/install.py" --databases "$DIR" || fail "installing by the READMEs failed"

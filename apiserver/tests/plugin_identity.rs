@@ -3,7 +3,7 @@
 //! hello plugin (the Rust SDK's `--issued-identity`) sends on its
 //! heartbeats, renews both sides' one-minute certificates while reconciles
 //! flow, refuses requests it must not sign, and rotates its plugin CA by
-//! the procedure of certs/README.md without a failed reconcile.
+//! the procedure of docs/src/guides/certificates.md without a failed reconcile.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -232,7 +232,7 @@ fn kplug_signs_renews_refuses_and_rotates_plugin_identities() {
             "a refused request registered: {instances}"
         );
 
-        // The plugin CA rotates (certs/README.md). 1: both CAs trusted.
+        // The plugin CA rotates (docs/src/guides/certificates.md). 1: both CAs trusted.
         std::fs::write(
             &bundle,
             [std::fs::read(one.ca()), std::fs::read(two.ca())]

@@ -1,11 +1,12 @@
 """kplug and the DatabaseTable plugins installed on the real cluster the way
-the READMEs tell users to, from a copy of what a fresh clone holds.
+the READMEs tell users to (the book's install guide includes README.md's
+block), from a copy of what a fresh clone holds.
 
-Two steps differ, each for a reason the READMEs state: images are built by
+Two steps differ, each for a reason the docs state: images are built by
 ``hack/images.sh`` (no Docker engine, no registry here) and loaded into the
 node's containerd, and the kustomizations of kplug and of the example are
-applied through their READMEs' Kubernetes 1.20 overlays (the test cluster
-is 1.20).
+applied through their Kubernetes 1.20 overlays (docs/src/guides/deploy.md
+and the example's README; the test cluster is 1.20).
 Given database passwords, the plugins' Secrets get them in place of the
 README's ``PASSWORD``, as a user fills them in.
 
@@ -42,6 +43,7 @@ PLUGINS = ("database-table-postgresql-plugin", "database-table-mariadb-plugin")
 IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
 HELLO_README = REPO / "examples" / "hello-rust" / "deploy" / "README.md"
+DEPLOY_GUIDE = REPO / "docs" / "src" / "guides" / "deploy.md"
 # The in-cluster benches run the operator of their own resource beside it.
 HELLO_IMAGES = ("kplug-apiserver", "kplug-operator", "hello-plugin")
 DATABASES_NS = "db"
@@ -129,13 +131,12 @@ def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None
 
 
 def install_kplug(cluster: Cluster, work: Path, images: tuple[str, ...]) -> Installed:
-    """kplug by README.md's steps, with ``images`` loaded into the node's containerd in place of step 1."""
+    """kplug by README.md's install block, with ``images`` loaded into the node's containerd in place of step 1."""
     fresh_clone_files(work)
     load_images = f"{REPO}/hack/images.sh load {' '.join(images)}"
 
-    # README.md, "Installing into a cluster".
-    (kplug_steps,) = shell_blocks(REPO / "README.md", "Installing into a cluster")
-    (on_1_20,) = shell_blocks(REPO / "deploy" / "README.md", "Kubernetes 1.20")
+    (kplug_steps,) = shell_blocks(REPO / "README.md", "Install")
+    (on_1_20,) = shell_blocks(DEPLOY_GUIDE, "Kubernetes 1.20")
     kplug_steps = replace_line(kplug_steps, "docker build -f deploy/Dockerfile", load_images)
     kplug_steps = replace_line(kplug_steps, "kubectl apply -k deploy/", on_1_20)
     run_script(cluster, work, kplug_steps, "README.md's installation")
@@ -209,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             install_databases(cluster, args.work, passwords)
             db_passwords = {host: passwords[name] for name, host in DATABASE_PASSWORDS.items()}
         if args.example == "hello":
-            print(f"install.py: README.md, Installing into a cluster; {HELLO_README.relative_to(REPO)}, Install", file=sys.stderr)
+            print(f"install.py: README.md, Install; {HELLO_README.relative_to(REPO)}, Install", file=sys.stderr)
             install_hello(cluster, args.work)
         else:
-            print("install.py: README.md, Installing into a cluster; examples/database-table/deploy/README.md, Install", file=sys.stderr)
+            print(f"install.py: README.md, Install; {EXAMPLE_README.relative_to(REPO)}, Install", file=sys.stderr)
             install(cluster, args.work, db_passwords)
     except AssertionError as error:
         print(f"install.py: {error}", file=sys.stderr)

@@ -9,8 +9,8 @@ A :class:`Load` runs, each in its own thread, until stopped:
 - **list**: every 100 ms, ``GET .../plugins``, as ``kubectl get plugins``
   (a list that lacks one of the DatabaseTable plugins is *incomplete*);
 - **direct**: every 250 ms, one reconcile sent straight through
-  kube-apiserver to ``plugins/NAME/reconcile`` (README, "Delegating a
-  reconcile"), alternately to the MariaDB and the PostgreSQL plugin, each
+  kube-apiserver to ``plugins/NAME/reconcile`` (docs/src/concepts/reconcile.md),
+  alternately to the MariaDB and the PostgreSQL plugin, each
   about one of four tables; it fails unless kplug answers 201 with
   ``status.success``;
 - **objects**: every 500 ms, one DatabaseTable written in namespace

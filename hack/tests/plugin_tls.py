@@ -1,4 +1,4 @@
-"""What a person rotating kplug's plugin CA checks (certs/README.md): which
+"""What a person rotating kplug's plugin CA checks (docs/src/guides/certificates.md): which
 CAs each kplug replica signs with and trusts, by its log, and what a plugin
 instance serves and accepts, by a TLS handshake with it."""
 

@@ -10,7 +10,7 @@ disruption, taken in the same run:
 4. a plugin pod deleted: reconciles go to the other instance, the gone instance leaves ``status.instances``;
 5. the operator's leader deleted: the standby takes the Lease over, and nothing is written twice;
 6. the kubelet stopped for 60 s and started again: everything converges, no object is lost;
-7. kplug's plugin CA rotated by certs/README.md's steps (the plugins rolled for certificates of the new CA): no
+7. kplug's plugin CA rotated by the steps of the book's certificates guide (docs/src/guides/certificates.md) (the plugins rolled for certificates of the new CA): no
    reconcile fails, and at the end plugins serve and accept the new CA alone.
 
 Beyond the install (kplug, both plugins and the operator, 2 replicas each),
@@ -73,7 +73,7 @@ from readme import shell_blocks
 from test_install import plugins_at
 
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
-CERTS_README = REPO / "certs" / "README.md"
+CERTS_README = REPO / "docs" / "src" / "guides" / "certificates.md"
 KUBELET_OUTAGE = 60.0
 
 
@@ -379,7 +379,7 @@ def test_kubelet_stopped_for_a_minute(drills: Drills, baseline: dict[str, Any]) 
 
 @pytest.mark.timeout(900)
 def test_plugin_ca_rotated(drills: Drills, baseline: dict[str, Any], tmp_path: Path) -> None:
-    """certs/README.md's rotation, block by block, going on when its checks say so: every kplug replica logs the
+    """The certificates guide's rotation, block by block, going on when its checks say so: every kplug replica logs the
     step's CAs, and every plugin instance, asked directly, accepts a client certificate of the new CA (step 1), serves
     one of the new CA (step 2, after the plugins' rollout) and refuses a client certificate of the old CA (step 3)."""
     cluster, work = drills.cluster, drills.installed.work

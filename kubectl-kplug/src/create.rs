@@ -193,7 +193,7 @@ pub fn preamble(args: &CreatePluginArgs, namespace: &str) -> String {
     let name = &args.name;
     let mut text = format!(
         "# kplug plugin {name}: {command}\n\
-         # Needs kplug with its plugin CA (README.md, \"Installing a plugin\") and, once per\n\
+         # Needs kplug with its plugin CA (docs/src/guides/install-plugin.md) and, once per\n\
          # namespace, the label that makes kplug keep ConfigMap {TRUST_CONFIG_MAP} here:\n\
          #   kubectl label namespace {namespace} {TRUST_LABEL}\n",
         command = command(args, namespace),

@@ -57,7 +57,7 @@ pub enum Error {
     #[error("{0}\n  {hint}", hint = extension_hint(.0))]
     Extension(#[from] ExtensionError),
     #[error(
-        "kplug is not installed: the cluster does not serve reconciles.plugins.kplug.io ({0})\n  install kplug (see its README, \"Installing into a cluster\"), then check `kubectl get apiservice v1alpha1.plugins.kplug.io`"
+        "kplug is not installed: the cluster does not serve reconciles.plugins.kplug.io ({0})\n  install kplug (see its README, \"Install\"), then check `kubectl get apiservice v1alpha1.plugins.kplug.io`"
     )]
     KplugNotInstalled(String),
     #[error(

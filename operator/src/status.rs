@@ -2,7 +2,7 @@
 //! current status, the fields this operator's field manager owns in it,
 //! and the outcome of a delegation.
 //!
-//! Layout of the object's `status` (README, "Status layout"):
+//! Layout of the object's `status` (docs/src/concepts/operator.md, "Write-back"):
 //! `implementation` (the binding), `plugin` {name, version,
 //! implementation} (the last to serve), `selection` {reason, message} (why
 //! the object is bound to its implementation), `observedGeneration`

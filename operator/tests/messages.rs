@@ -1,9 +1,9 @@
 //! What a person reads after the common failures, pinned: for each, the
 //! Widget's Ready condition and its Warning Event as `kubectl describe`
-//! shows it, which must read as the README's "When a reconcile fails"
-//! shows it (addresses and ages aside). Real kplug over mutual TLS with
-//! identities it issues, real hello plugins made to fail, the real
-//! `kplug-operator`.
+//! shows it, which must read as the book's troubleshooting page
+//! (`docs/src/troubleshooting.md`) shows it (addresses and ages aside).
+//! Real kplug over mutual TLS with identities it issues, real hello plugins
+//! made to fail, the real `kplug-operator`.
 
 mod support;
 
@@ -87,7 +87,7 @@ subjects:
 "#;
 
 #[test]
-fn common_failures_read_as_the_readme_shows() {
+fn common_failures_read_as_the_book_shows() {
     let ca_dir = tempfile::Builder::new()
         .prefix("kplug-messages-")
         .tempdir_in("/tmp")
@@ -177,8 +177,9 @@ fn common_failures_read_as_the_readme_shows() {
         );
     }
 
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let shown: Vec<Event> = readme.lines().filter_map(Event::parse).collect();
+    let page = repo_root().join("docs/src/troubleshooting.md");
+    let page = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+    let shown: Vec<Event> = page.lines().filter_map(Event::parse).collect();
     let mut unshown = Vec::new();
     for (case, description) in &descriptions {
         let line = description
@@ -198,7 +199,7 @@ fn common_failures_read_as_the_readme_shows() {
     }
     assert!(
         unshown.is_empty(),
-        "the README does not show these Events as kubectl describe does:\n{}",
+        "docs/src/troubleshooting.md does not show these Events as kubectl describe does:\n{}",
         unshown.join("\n")
     );
 }

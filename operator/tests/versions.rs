@@ -94,7 +94,7 @@ fn a_bound_object_keeps_its_major_version_until_its_binding_is_cleared() {
         "still bound to 1.x"
     );
 
-    // Clearing the binding (README, "Binding") lets it move to 2.x.
+    // Clearing the binding (docs/src/concepts/operator.md, "Binding") lets it move to 2.x.
     world.clear_binding("bound");
     nudge_and_wait(&world, &log, "bound", "widgets-v2");
     wait_status(&world, "bound", "bound to Hello 2.x", |s| {

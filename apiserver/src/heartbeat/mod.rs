@@ -209,7 +209,7 @@ impl HeartbeatService {
             return Err(Status::failed_precondition(
                 "this kplug does not sign plugin certificates (it runs without \
                  --plugin-signing-cert-file): give the plugin its own certificate \
-                 (KPLUG_TLS_CERT_FILE, see certs/README.md) or configure kplug's plugin CA",
+                 (KPLUG_TLS_CERT_FILE, see docs/src/guides/certificates.md) or configure kplug's plugin CA",
             ));
         };
         let (chain, renew_after) = if request.is_empty() {

@@ -2,7 +2,7 @@
 //! on their heartbeats and kplug's own client certificate, and keeps the
 //! trust bundle both sides verify with. Its files are reloaded when they
 //! change, as every certificate of kplug's is, so a rotation needs no
-//! restart (certs/README.md, "Rotating the plugin CA").
+//! restart (docs/src/guides/certificates.md, "Rotating the plugin CA").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,7 +53,7 @@ pub enum SignerError {
     #[error(
         "the signing CA {cert} is not in the trust bundle {bundle}: kplug would issue \
          certificates that neither it nor plugins accept (during a rotation, add the new CA to \
-         the bundle first; see certs/README.md)"
+         the bundle first; see docs/src/guides/certificates.md)"
     )]
     NotTrusted { cert: PathBuf, bundle: PathBuf },
     #[error("signing: {0}")]
@@ -89,7 +89,7 @@ pub struct TrustBundle {
 }
 
 /// Which CAs the loaded files hold, by name, for the log lines that let a
-/// person follow a rotation (certs/README.md): the CA kplug signs with and
+/// person follow a rotation (docs/src/guides/certificates.md): the CA kplug signs with and
 /// every CA of the trust bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaNames {

@@ -115,7 +115,7 @@ impl PluginTls {
                 "calls to plugins are PLAINTEXT and unauthenticated: any pod that can reach a \
                  plugin's address can call it directly, bypassing RBAC on plugins/reconcile. \
                  Set --plugin-signing-cert-file, --plugin-signing-key-file and --plugin-ca-file \
-                 (see deploy/README.md, \"Plugin TLS\")"
+                 (see docs/src/guides/deploy.md, \"Plugin TLS\")"
             );
             return Ok(None);
         };
@@ -198,7 +198,7 @@ impl PluginTls {
         .await;
     }
 
-    /// Names the plugin CA when kplug is one: a rotation (certs/README.md)
+    /// Names the plugin CA when kplug is one: a rotation (docs/src/guides/certificates.md)
     /// goes on once every replica logs the step's CAs.
     fn log_renewed(&self) {
         let plugin_ca = match &self.source {

@@ -76,7 +76,7 @@ fn authority(dir: &Path) -> anyhow::Result<(CertificateAuthority, Vec<PathBuf>)>
     if cert.exists() || key.exists() {
         anyhow::bail!(
             "{} holds only one of ca.crt and ca.key: put the other back, or use a new \
-             --out-dir for a new plugin CA (see certs/README.md)",
+             --out-dir for a new plugin CA (see docs/src/guides/certificates.md)",
             dir.display()
         );
     }

@@ -168,7 +168,7 @@
 //! (its instances stop getting calls, the Plugin's `Canary` condition says
 //! why) when it fails or misses its deadline clearly more often than the
 //! other instances; promoting it is rolling the stable Deployment to its
-//! version. See the README, "Upgrading plugins".
+//! version. See the book's "Upgrade plugins" (docs/src/guides/upgrade-plugins.md).
 //!
 //! # Shadows
 //!
