@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kplug's tests need and a fresh machine may lack: kubectl,
 # curl, nghttp, PostgreSQL and MariaDB, what the real cluster needs (containerd,
-# runc, CNI plugins, iptables; Debian packages), the Python virtualenv and
-# the Kubernetes components. Idempotent and
+# runc, CNI plugins, iptables; Debian packages), Chromium for the book's
+# test, the Python virtualenv, mdBook and the Kubernetes components. Idempotent and
 # quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,8 @@ command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 # libFuzzer (C++), which the fuzz targets link (fuzz/, hack/fuzz.sh smoke).
 command -v c++ >/dev/null || need_apt+=(g++)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
+# The book's test opens its pages in headless Chromium (docs/tests).
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}" >&2
   apt-get update -qq
@@ -37,6 +39,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 hack/python-env.sh
+
+# mdBook, which builds the book (docs/), from crates.io, once.
+hack/docs.sh install
 
 # The end-to-end tests run real Kubernetes components, built once from
 # Debian's source and cached under ~/.cache/kplug (about 5 minutes the first time).

@@ -34,8 +34,10 @@ cargo test --workspace --locked "${features[@]}"
 # building, running and passing.
 echo "== fuzz smoke" >&2
 hack/fuzz.sh smoke 3
+# The SDK's and examples' tests, and the book's: built, links checked,
+# opened in Chromium, its reference pages compared with the code above.
 echo "== pytest" >&2
-"${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples
+"${KPLUG_VENV:-$HOME/.cache/kplug/venv}/bin/pytest" sdk/python examples docs
 # kplug's images, from the Dockerfiles we ship (cached; about 12 minutes
 # the first time), for the cluster's tests to load.
 echo "== images" >&2

@@ -1,0 +1,160 @@
+"""The commands the book's pages show, run as the pages give them, against the standalone kplug of the quick
+start and the hello plugin: their output must read as the pages show it. Commands that need a cluster are run by
+``hack/tests`` (the install block, the deploy overlay, the certificate rotation); the pages whose commands no test
+runs are listed in the book's "Develop kplug"."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from shell_steps import Step, differences, steps
+from standalone import Standalone, standalone
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "hack" / "tests"))
+from readme import shell_blocks, up_to_line  # noqa: E402
+
+TARGET = REPO / "target" / "debug"
+PAGES = REPO / "docs" / "src"
+
+
+@dataclass
+class Session:
+    """The quick start's kplug with the hello plugin registered, and how to run a page's command against it."""
+
+    kplug: Standalone
+    work: Path
+
+    def run(self, step: Step) -> subprocess.CompletedProcess[str]:
+        environment = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")},
+            "KUBECONFIG": str(self.kplug.kubeconfig),
+            # kubectl finds kubectl-kplug on the PATH; `python` is the suite's, which has the SDK.
+            "PATH": f"{TARGET}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        }
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", step.command],
+            cwd=self.work,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def check(self, step: Step) -> subprocess.CompletedProcess[str]:
+        done = self.run(step)
+        assert done.returncode == 0, f"{step.command}\nexited {done.returncode}:\n{done.stderr}"
+        assert differences(step.shown, done.stdout) == [], f"{step.command}\nprinted:\n{done.stdout}"
+        return done
+
+
+def placeholders(banner: str) -> str:
+    return re.sub(r"KUBECONFIG=\S+", "KUBECONFIG=PATH", re.sub(r":\d+\b", ":PORT", banner))
+
+
+def wait_until_ready(kubeconfig: Path, plugin: str, deadline: float) -> None:
+    """Until kplug lists ``plugin`` as Ready: it registers at its first heartbeat."""
+    while True:
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), "get", "plugin", plugin, "-o", "jsonpath={.status.conditions[0].status}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.stdout == "True":
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"plugin {plugin} not Ready: {done.stdout or done.stderr}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    state = tmp_path_factory.mktemp("kplug")
+    work = tmp_path_factory.mktemp("work")
+    # The pages' commands run from the repository root: their relative paths must resolve.
+    for name in ("target", "examples"):
+        (work / name).symlink_to(REPO / name)
+    with standalone(str(TARGET / "kplug-apiserver"), state) as kplug:
+        log = (state / "hello.log").open("wb")
+        hello = subprocess.Popen(
+            [str(TARGET / "hello-plugin"), "--registry", f"http://{kplug.grpc}", "--listen", "127.0.0.1:0"],
+            stdout=log,
+            stderr=log,
+            env={k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")},
+        )
+        try:
+            wait_until_ready(kplug.kubeconfig, "hello", time.monotonic() + 60)
+            yield Session(kplug, work)
+        finally:
+            hello.terminate()
+            hello.wait(30)
+            log.close()
+
+
+def test_the_quick_start_reads_as_kplug_prints_it(session: Session) -> None:
+    """README.md's quick start (the book's includes it): the two commands, the banner and the table."""
+    run_kplug, hello_and_list, run_tests = shell_blocks(REPO / "README.md", "Quick start")
+    # The session stands in for these two with the debug build, on free ports.
+    assert run_kplug == "cargo run --release -p kplug-apiserver -- standalone\n"
+    start_hello, list_plugins = steps(hello_and_list)
+    assert start_hello.command == "cargo run --release -p kplug-example-hello"
+    assert run_tests == "hack/test.sh\n"
+
+    readme = (REPO / "README.md").read_text()
+    shown_banner = readme.split("prints what to run next:\n\n```\n", 1)[1].split("```", 1)[0]
+    # The README shows the default ports and state directory; the session has its own.
+    assert placeholders("\n".join(session.kplug.banner)) == placeholders(shown_banner.rstrip("\n"))
+    assert session.kplug.banner[-2] == f"  export KUBECONFIG={session.kplug.kubeconfig}"
+
+    session.check(list_plugins)
+
+
+def test_the_registry_page_commands_run(session: Session) -> None:
+    (block,) = shell_blocks(PAGES / "concepts" / "registry.md", "The registry and liveness")[:1]
+    commands = steps(block)
+    watch = [step for step in commands if " -w " in f"{step.command} "]
+    # A watch never ends: the apiserver's tests watch with kubectl -w (apiserver/tests/kubectl.rs).
+    assert len(watch) == 1, commands
+    for step in commands:
+        if step in watch:
+            continue
+        done = session.check(step)
+        if step.command.startswith("kubectl delete plugin hello"):
+            assert done.stdout == 'plugin.plugins.kplug.io "hello" deleted\n', done.stdout
+    # The deleted registration comes back with the plugin's next heartbeat, as the page says.
+    wait_until_ready(session.kplug.kubeconfig, "hello", time.monotonic() + 60)
+
+
+def test_a_reconcile_as_the_reconcile_page_sends_it(session: Session) -> None:
+    block = shell_blocks(PAGES / "concepts" / "reconcile.md", "Reconcile and selection")[0]
+    (write_request, reconcile) = steps(block)
+    session.check(write_request)
+    answer = json.loads(session.check(reconcile).stdout)
+    assert answer["status"]["success"] is True, answer
+    assert answer["status"]["plugin"]["name"] == "hello", answer
+    assert answer["status"]["results"][0]["message"] == "hello, world", answer
+
+
+def test_render_prints_what_the_page_shows(session: Session) -> None:
+    """The render guide's hello part; its PostgreSQL part needs a database: kubectl-kplug/tests/render.rs runs it."""
+    block = shell_blocks(PAGES / "guides" / "render.md", "Test a plugin locally")[0]
+    build, write_greeting, rust, python, finalize = steps(up_to_line(block, "# The PostgreSQL plugin"))
+    # Built already, with the suite's features.
+    assert build.command == "cargo build -p kplug-example-hello -p kubectl-kplug"
+    session.check(write_greeting)
+    assert rust.shown, "the page shows the Rust plugin's answer"
+    session.check(rust)
+    # The Python plugin answers as the Rust one does.
+    session.check(Step(python.command, rust.shown))
+    finalized = json.loads(session.check(finalize).stdout)
+    assert finalized["success"] is True and finalized["results"][0]["reason"] == "Goodbye", finalized
