@@ -26,6 +26,7 @@ mod kubectl;
 pub mod mariadb;
 pub mod measure;
 pub mod metrics;
+pub mod plot;
 mod plugin_certs;
 mod plugins;
 pub mod postgres;

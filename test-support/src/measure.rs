@@ -247,6 +247,11 @@ impl Latencies {
         Self::new(samples)
     }
 
+    /// Every sample, shortest first.
+    pub fn samples(&self) -> &[Duration] {
+        &self.0
+    }
+
     /// The largest sample; zero without samples.
     pub fn max(&self) -> Duration {
         self.0.last().copied().unwrap_or_default()

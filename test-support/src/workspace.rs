@@ -2,8 +2,11 @@
 //! test or bench of any package.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, ensure};
+
+use crate::process::output_text;
 
 /// The repository's root: the nearest ancestor of this crate with a
 /// workspace `Cargo.toml` (this crate's parent), so that scripts such as
@@ -59,4 +62,32 @@ pub fn target_binary(name: &str, build: &str) -> Result<PathBuf> {
 pub fn workspace_binary(name: &str) -> PathBuf {
     target_binary(name, "cargo build --workspace")
         .unwrap_or_else(|e| panic!("{e:#} (hack/test.sh builds the workspace before the tests)"))
+}
+
+/// The commit the tree is at, and whether it has changes beyond it (what
+/// a bench measured, or the images were built from), as Markdown.
+pub fn tree() -> Result<String> {
+    let git = |args: &[&str]| -> Result<String> {
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(repo_root())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running git")?;
+        ensure!(
+            output.status.success(),
+            "git {args:?}: {}",
+            output_text(&output)
+        );
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    Ok(
+        if git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
+            format!("`{commit}`")
+        } else {
+            format!("`{commit}` with uncommitted changes")
+        },
+    )
 }

@@ -34,7 +34,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::measure::CpuSnapshot;
+use kplug_test_support::plot::Plots;
 use support::{BASELINE_VARIABLE, Server, baseline_from_env, print_machine};
 
 /// The command that produces these numbers, as printed in the report.
@@ -118,6 +120,11 @@ fn main() -> Result<()> {
     print_machine(&binaries, &command, others)?;
     report::print_heartbeats(&builds, &heartbeats);
     report::print_against_crd_status(&heartbeats, &crd_status);
+    report::plot_against_crd_status(
+        &Plots::new(BenchMode::from_args())?,
+        &heartbeats,
+        &crd_status,
+    )?;
     report::print_lists(&builds, &lists);
     report::print_memory(&builds, &memory);
     Ok(())

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use anyhow::Result;
+use kplug_test_support::plot::Plots;
 use kplug_test_support::report::{mib, ms, size, thousands, verdict};
 
 use crate::Build;
@@ -203,4 +205,37 @@ pub fn print_against_crd_status(runs: &[HeartbeatRun], crd: &CrdStatusRun) {
         );
     }
     println!();
+}
+
+/// The table above as bars: the current build's heartbeats per second and
+/// the CRD status writes per second of the same run.
+pub fn plot_against_crd_status(
+    plots: &Plots,
+    runs: &[HeartbeatRun],
+    crd: &CrdStatusRun,
+) -> Result<()> {
+    let mut bars: Vec<(String, f64)> = runs
+        .iter()
+        .filter(|r| r.build == 0)
+        .map(|run| {
+            (
+                format!("kplug, {}", short_variant(&run.variant)),
+                run.per_second(),
+            )
+        })
+        .collect();
+    bars.push(("CRD status writes".to_owned(), crd.per_second()));
+    let path = plots.bars(
+        "heartbeats-against-crd-status",
+        "Heartbeats per second against the CRD-status way",
+        "per second",
+        &bars,
+    )?;
+    println!("Plot: `{path}`\n");
+    Ok(())
+}
+
+/// "unchanged (10,000 live plugins)" → "unchanged".
+fn short_variant(variant: &str) -> &str {
+    variant.split(" (").next().unwrap_or(variant)
 }

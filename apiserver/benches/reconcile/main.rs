@@ -44,7 +44,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::measure::{CpuSnapshot, Latencies, own_cpu_time};
+use kplug_test_support::plot::Plots;
 use kplug_test_support::target_binary;
 use tokio::task::JoinSet;
 
@@ -145,6 +147,7 @@ fn main() -> Result<()> {
     };
     print_machine(&binaries, &command, others)?;
     report.print();
+    report.plot(&Plots::new(BenchMode::from_args())?)?;
     Ok(())
 }
 

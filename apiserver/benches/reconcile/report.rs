@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use anyhow::Result;
 use kplug_test_support::measure::Latencies;
+use kplug_test_support::plot::{Corner, Line, Lines, Plots, distribution};
 use kplug_test_support::report::{micros, thousands, verdict};
 
 use crate::payload::PAYLOADS;
@@ -263,5 +265,47 @@ impl Report {
             );
         }
         println!();
+    }
+}
+
+impl Report {
+    /// Each payload's one-at-a-time latencies as distributions: through
+    /// kplug, straight to the plugin, and a GET of one plugin (the floor an
+    /// HTTPS request to kplug costs), from the same rounds.
+    pub fn plot(&self, plots: &Plots) -> Result<()> {
+        for run in &self.latency {
+            let mut lines = vec![
+                Line {
+                    label: "through kplug".to_owned(),
+                    points: distribution(&run.latencies.kplug),
+                },
+                Line {
+                    label: "direct gRPC to the plugin".to_owned(),
+                    points: distribution(&run.latencies.direct),
+                },
+            ];
+            if !self.floor.is_empty() {
+                lines.push(Line {
+                    label: "GET of one plugin (the floor)".to_owned(),
+                    points: distribution(&self.floor),
+                });
+            }
+            let name = format!(
+                "reconcile-latency-{}",
+                run.payload.replace(' ', "").to_lowercase()
+            );
+            let path = plots.lines(
+                &name,
+                &Lines {
+                    title: format!("Reconcile latency, {}, one at a time (to p99)", run.payload),
+                    x: "µs".to_owned(),
+                    y: "share of calls at most this long".to_owned(),
+                    lines,
+                    legend: Corner::LowerRight,
+                },
+            )?;
+            println!("Plot ({}): `{path}`\n", run.payload);
+        }
+        Ok(())
     }
 }

@@ -105,6 +105,7 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
         binaries: &[],
         setting: Setting {
             title: "In the cluster: the operator as a pod, apply → Ready and 1,000 objects",
+            plot: "convergence-in-cluster",
             shared_by: "the cluster (kube-apiserver, etcd, kubelet, containerd, the pods) and the \
                         bench",
             cluster: format!(

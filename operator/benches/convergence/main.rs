@@ -245,6 +245,7 @@ fn main() -> Result<()> {
         ],
         setting: Setting {
             title: "Operator: apply → Ready, and 1,000 objects",
+            plot: "convergence",
             shared_by: "kube-apiserver, etcd, kplug, the operator, the plugin and the bench",
             cluster: format!(
                 "kube-apiserver {} and etcd from `hack/control-plane.sh`",

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::measure::{Latencies, OtherLoad, cpus};
+use kplug_test_support::plot::{Corner, Line, Lines, Plots};
 use kplug_test_support::report::{Machine, ms, seconds, thousands};
 
 use crate::Counts;
@@ -76,6 +77,8 @@ pub struct Report<'a> {
 
 pub struct Setting<'a> {
     pub title: &'a str,
+    /// The file name of the convergence curve's picture.
+    pub plot: &'a str,
     pub shared_by: &'a str,
     pub cluster: String,
     pub command: &'a str,
@@ -194,6 +197,7 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
             per_second / merge_rate,
         );
     }
+    plot_convergence(report, bound)?;
     println!(
         "\nThe bound row is the sum of the raw times for what each object needs: two creates (the \
          object and its Event), a patch (the finalizer, timed as the merge patch), a server-side \
@@ -344,4 +348,48 @@ fn print_machine(report: &Report<'_>) -> Result<()> {
         command: report.setting.command,
     }
     .print()
+}
+
+/// Objects Ready over time through the operator, beside the straight lines
+/// of the raw status-write rate and of the bound, from the same run.
+fn plot_convergence(report: &Report<'_>, bound: Duration) -> Result<()> {
+    let r = report.results;
+    let objects = r.counts.objects as f64;
+    let mut ready = vec![(0.0, 0.0)];
+    ready.extend(
+        r.convergence
+            .ready_after
+            .iter()
+            .enumerate()
+            .map(|(i, after)| (after.as_secs_f64(), (i + 1) as f64)),
+    );
+    let straight = |label: &str, elapsed: Duration| Line {
+        label: label.to_owned(),
+        points: vec![(0.0, 0.0), (elapsed.as_secs_f64(), objects)],
+    };
+    let path = Plots::new(report.mode)?.lines(
+        report.setting.plot,
+        &Lines {
+            title: format!(
+                "{} objects through the operator, {IN_FLIGHT} in flight",
+                thousands(r.counts.objects)
+            ),
+            x: "seconds from the first create".to_owned(),
+            y: "objects Ready".to_owned(),
+            lines: vec![
+                Line {
+                    label: "through the operator".to_owned(),
+                    points: ready,
+                },
+                straight(
+                    "raw status writes, same kube-apiserver",
+                    r.merge_status_writes,
+                ),
+                straight("bound: 4 writes and 1 reconcile per object", bound),
+            ],
+            legend: Corner::UpperLeft,
+        },
+    )?;
+    println!("\nPlot: `{path}`");
+    Ok(())
 }

@@ -36,6 +36,7 @@ use crate::kubectl::KUBECTL;
 use crate::process::output_text;
 use crate::widgets::widget_crd;
 use crate::workspace::repo_root;
+pub use crate::workspace::tree;
 
 /// Set (to anything but empty or 0), the benches that know it measure the
 /// cluster of `hack/cluster.sh env` instead of starting processes.
@@ -56,34 +57,6 @@ const PLUGINS_NS: &str = "plugins";
 const KPLUG_NS: &str = "kplug-system";
 /// Upper bound of each wait for the cluster.
 const WAIT: Duration = Duration::from_secs(300);
-
-/// The commit the tree is at, and whether it has changes beyond it: what
-/// the images were built from.
-pub fn tree() -> Result<String> {
-    let git = |args: &[&str]| -> Result<String> {
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(repo_root())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .context("running git")?;
-        ensure!(
-            output.status.success(),
-            "git {args:?}: {}",
-            output_text(&output)
-        );
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-    };
-    let commit = git(&["rev-parse", "--short", "HEAD"])?;
-    Ok(
-        if git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
-            format!("`{commit}`")
-        } else {
-            format!("`{commit}` with uncommitted changes")
-        },
-    )
-}
 
 /// Set, the folder kplug is installed from (a work folder of
 /// `hack/tests/install.py`, such as the cluster tests' installation): the
