@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,21 +37,47 @@ class Session:
     kplug: Standalone
     work: Path
 
-    def run(self, step: Step) -> subprocess.CompletedProcess[str]:
-        environment = {
+    def environment(self) -> dict[str, str]:
+        return {
             **{k: v for k, v in os.environ.items() if not k.startswith("KPLUG_")},
             "KUBECONFIG": str(self.kplug.kubeconfig),
             # kubectl finds kubectl-kplug on the PATH; `python` is the suite's, which has the SDK.
             "PATH": f"{TARGET}:{Path(sys.executable).parent}:{os.environ['PATH']}",
         }
+
+    def run(self, step: Step) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["bash", "-euo", "pipefail", "-c", step.command],
             cwd=self.work,
-            env=environment,
+            env=self.environment(),
             capture_output=True,
             text=True,
             timeout=120,
         )
+
+    @contextmanager
+    def serving(self, step: Step, plugin: str) -> Iterator[None]:
+        """Runs a page's long-running plugin command with kplug's registry in ``KPLUG_REGISTRY`` (the page's
+        default address is the quick start's port; the session's is free), until ``plugin`` is Ready; stops it
+        after."""
+        log_path = self.work / f"{plugin}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                ["bash", "-euo", "pipefail", "-c", f"exec {step.command}"],
+                cwd=self.work,
+                env={**self.environment(), "KPLUG_REGISTRY": f"http://{self.kplug.grpc}"},
+                stdout=log,
+                stderr=log,
+            )
+        try:
+            try:
+                wait_until_ready(self.kplug.kubeconfig, plugin, time.monotonic() + 60)
+            except TimeoutError as error:
+                raise AssertionError(f"{step.command}: {error}; it printed:\n{log_path.read_text()[-3000:]}") from error
+            yield
+        finally:
+            process.terminate()
+            process.wait(30)
 
     def check(self, step: Step) -> subprocess.CompletedProcess[str]:
         done = self.run(step)
@@ -158,3 +187,50 @@ def test_render_prints_what_the_page_shows(session: Session) -> None:
     session.check(Step(python.command, rust.shown))
     finalized = json.loads(session.check(finalize).stdout)
     assert finalized["success"] is True and finalized["results"][0]["reason"] == "Goodbye", finalized
+
+
+def reconciled_by(session: Session, reconcile: Step, plugin: str) -> None:
+    """The page's reconcile, with the reconcile page's ``req.json``, answered by the page's plugin."""
+    write_request = steps(shell_blocks(PAGES / "concepts" / "reconcile.md", "Reconcile and selection")[0])[0]
+    session.check(write_request)
+    assert reconcile.command == f"kubectl create --raw /apis/plugins.kplug.io/v1alpha1/plugins/{plugin}/reconcile -f req.json"
+    answer = json.loads(session.check(reconcile).stdout)
+    assert answer["status"]["success"] is True, answer
+    assert answer["status"]["plugin"]["name"] == plugin, answer
+    assert answer["status"]["results"][0]["message"] == "hello, world", answer
+    assert answer["status"]["objectStatus"] == {"greeting": "hello, world"}, answer
+
+
+def shown_code(page: Path, source: Path) -> None:
+    """The page shows ``source``'s plugin by mdBook include, so what the test runs is what the page shows."""
+    included = f"{{{{#include ../../../{source.relative_to(REPO)}:plugin}}}}"
+    assert included in page.read_text(), f"{page} does not include {source}"
+    assert "ANCHOR: plugin" in source.read_text() and "ANCHOR_END: plugin" in source.read_text()
+
+
+def test_the_rust_plugin_page_runs_and_answers(session: Session) -> None:
+    page = PAGES / "guides" / "plugin-rust.md"
+    shown_code(page, REPO / "sdk" / "rust" / "examples" / "hello.rs")
+    start, reconcile = steps(shell_blocks(page, "Write a plugin in Rust")[0])
+    # Built by the suite (cargo build --all-targets): the binary that command runs.
+    prefix = "cargo run -p kplug-sdk --example hello -- "
+    assert start.command.startswith(prefix), start.command
+    built = Step(f"{TARGET / 'examples' / 'hello'} {start.command.removeprefix(prefix)}", [])
+    with session.serving(built, "hello-rust"):
+        reconciled_by(session, reconcile, "hello-rust")
+
+
+def test_the_python_plugin_page_runs_and_answers(session: Session) -> None:
+    page = PAGES / "guides" / "plugin-python.md"
+    source = REPO / "sdk" / "python" / "examples" / "hello.py"
+    shown_code(page, source)
+    install, start, reconcile = steps(shell_blocks(page, "Write a plugin in Python")[0])
+    # The suite's virtualenv is that install (hack/python-env.sh): the SDK must come from this tree.
+    assert install.command == "pip install ./sdk/python"
+    imported = session.run(Step("python -c 'import kplug; print(kplug.__file__)'", []))
+    assert imported.stdout.startswith(str(REPO / "sdk" / "python")), imported
+    # "Save it as hello.py".
+    shutil.copy(source, session.work / "hello.py")
+    assert shlex.split(start.command)[:2] == ["python", "hello.py"], start.command
+    with session.serving(start, "hello-python"):
+        reconciled_by(session, reconcile, "hello-python")
