@@ -346,6 +346,11 @@ def request_figures(samples: Iterable[Sample], start: float) -> dict[str, Any]:
     return figures
 
 
+def timeline(samples: Iterable[Sample], start: float) -> list[list[float]]:
+    """Every request as ``[s into the phase, latency ms, ok 0/1]``: what the drills' pictures draw (drill-plots)."""
+    return [[round(s.t - start, 3), round(1000 * s.latency, 1), int(s.ok)] for s in samples]
+
+
 class Load:
     """The drills' steady load; :meth:`start`, the disruption, :meth:`stop`, :meth:`settle`, then :meth:`figures`."""
 
@@ -425,6 +430,12 @@ class Load:
                 },
             },
             "objects": objects,
+            "timeline": {
+                "discovery": timeline(self.discovery.samples, self.started),
+                "list": timeline(self.list.samples, self.started),
+                "direct reconciles": timeline(self.direct.samples, self.started),
+                "object writes": timeline(self.objects.samples, self.started),
+            },
         }
 
 
