@@ -24,7 +24,9 @@ fixed sleep, but for the kubelet's 60 s outage), runs on until 6 more are
 reconciled, and requires every change reconciled within 30 s of the load's
 stop. Each phase's figures are printed and written to
 ``target/drills/report.json`` (``KPLUG_DRILLS_REPORT`` names another file;
-``python3 hack/tests/load.py REPORT`` renders it as BENCHMARKS.md's tables);
+``python3 hack/tests/load.py REPORT`` renders it as BENCHMARKS.md's tables),
+and each phase's requests are drawn from it, as SVG in ``plots/`` beside it,
+by ``drill-plots`` (test-support/src/bin/), which draws the book's too;
 BENCHMARKS.md, "Failure drills on the real cluster", has those of a run.
 The drills take about 9 minutes on 2 cores, plus the cluster's and the
 install's 2.5 when they run alone:
@@ -75,6 +77,8 @@ from test_install import plugins_at
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
 CERTS_README = REPO / "docs" / "src" / "guides" / "certificates.md"
 KUBELET_OUTAGE = 60.0
+# Built with the workspace (hack/test.sh), as the cluster's other binaries are.
+DRILL_PLOTS = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "debug" / "drill-plots"
 
 
 # --- fixtures ----------------------------------------------------------------------
@@ -149,6 +153,14 @@ subjects: [{{kind: ServiceAccount, name: drill-scraper, namespace: {NAMESPACE}}}
     return OperatorMetrics(cluster, token)
 
 
+def draw_timelines(report: Path) -> Path:
+    """Each phase's requests over time with its marks, one SVG per phase, in ``plots/`` beside ``report``."""
+    plots = report.parent / "plots"
+    result = subprocess.run([str(DRILL_PLOTS), str(report), str(plots)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"{DRILL_PLOTS} could not draw the timelines of {report}: {result.stderr}"
+    return plots
+
+
 @pytest.fixture(scope="module")
 def drills(databases: Installed, request: pytest.FixtureRequest) -> Iterator[Drills]:
     cluster = databases.cluster
@@ -173,9 +185,12 @@ def drills(databases: Installed, request: pytest.FixtureRequest) -> Iterator[Dri
     yield Drills(databases, metrics, report, show)
     report["drills_took_s"] = round(time.monotonic() - started)
     REPORT.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    show(f"\n=== the drills took {report['drills_took_s']} s; figures in {REPORT} ===")
-    # The next tests find the cluster as installed.
-    whole(databases)
+    try:
+        plots = draw_timelines(REPORT)
+        show(f"\n=== the drills took {report['drills_took_s']} s; figures in {REPORT}, each phase's requests drawn in {plots}/ ===")
+    finally:
+        # The next tests find the cluster as installed.
+        whole(databases)
 
 
 @pytest.fixture(scope="module")
