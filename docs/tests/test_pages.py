@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from includes import assert_included
 from shell_steps import Step, differences, steps
 from standalone import Standalone, standalone
 
@@ -201,16 +202,9 @@ def reconciled_by(session: Session, reconcile: Step, plugin: str) -> None:
     assert answer["status"]["objectStatus"] == {"greeting": "hello, world"}, answer
 
 
-def shown_code(page: Path, source: Path) -> None:
-    """The page shows ``source``'s plugin by mdBook include, so what the test runs is what the page shows."""
-    included = f"{{{{#include ../../../{source.relative_to(REPO)}:plugin}}}}"
-    assert included in page.read_text(), f"{page} does not include {source}"
-    assert "ANCHOR: plugin" in source.read_text() and "ANCHOR_END: plugin" in source.read_text()
-
-
 def test_the_rust_plugin_page_runs_and_answers(session: Session) -> None:
     page = PAGES / "guides" / "plugin-rust.md"
-    shown_code(page, REPO / "sdk" / "rust" / "examples" / "hello.rs")
+    assert_included(page, REPO / "sdk" / "rust" / "examples" / "hello.rs", "plugin")
     start, reconcile = steps(shell_blocks(page, "Write a plugin in Rust")[0])
     # Built by the suite (cargo build --all-targets): the binary that command runs.
     prefix = "cargo run -p kplug-sdk --example hello -- "
@@ -223,7 +217,7 @@ def test_the_rust_plugin_page_runs_and_answers(session: Session) -> None:
 def test_the_python_plugin_page_runs_and_answers(session: Session) -> None:
     page = PAGES / "guides" / "plugin-python.md"
     source = REPO / "sdk" / "python" / "examples" / "hello.py"
-    shown_code(page, source)
+    assert_included(page, source, "plugin")
     install, start, reconcile = steps(shell_blocks(page, "Write a plugin in Python")[0])
     # The suite's virtualenv is that install (hack/python-env.sh): the SDK must come from this tree.
     assert install.command == "pip install ./sdk/python"

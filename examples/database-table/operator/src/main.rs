@@ -46,6 +46,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     cli.operator.init_logging()?;
+    // ANCHOR: run
     let mut options = cli.operator.options("databasetables.myorg.org");
     // An edited extension re-reconciles the tables that use it.
     options.watched_extensions = ["mariadb", "postgresql"]
@@ -58,5 +59,6 @@ async fn main() -> anyhow::Result<()> {
         })
         .run(shutdown_signal())
         .await?;
+    // ANCHOR_END: run
     Ok(())
 }
