@@ -63,20 +63,29 @@ def test_a_flag_changed_without_its_page_fails_the_check(tmp_path: Path) -> None
 
 
 def metric_names(markdown: str) -> set[str]:
-    return set(re.findall(r"^\| `([a-z_]+)`", markdown, re.MULTILINE))
+    """The metrics a table's rows name in their first cell, the process's own (one row of the guide) left out."""
+    cells = re.findall(r"^\| (.+?) \|", markdown, re.MULTILINE)
+    return {name for cell in cells for name in re.findall(r"`([a-z_]+)`", cell) if not name.startswith("process_")}
+
+
+MONITORING = REPO / "docs" / "src" / "guides" / "monitoring.md"
 
 
 def test_the_monitoring_guide_explains_every_metric_kplug_registers() -> None:
-    """The guide's table says what each metric's labels mean; the generated reference says which metrics exist.
-    The process's own metrics (kubert's) are one row of the guide."""
-    registered = {name for name in metric_names((REFERENCE / "metrics.md").read_text()) if not name.startswith("process_")}
-    guide = (REPO / "docs" / "src" / "guides" / "monitoring.md").read_text()
-    kplug_table = guide.split("## Trace context")[0]
-    explained = {name for name in metric_names(kplug_table) if not name.startswith("process_")}
+    """The guide's table says what each metric's labels mean; the generated reference says which metrics exist."""
+    registered = metric_names((REFERENCE / "metrics.md").read_text())
+    explained = metric_names(MONITORING.read_text().split("## Trace context")[0])
     # Cluster mode only: standalone kplug does not register delegated authentication's families.
     cluster_only = {name for name in explained if name.startswith("kplug_auth_")}
     assert registered - explained == set(), "metrics kplug registers that the monitoring guide does not explain"
     assert explained - registered - cluster_only == set(), "metrics the monitoring guide explains that kplug does not register"
+
+
+def test_the_monitoring_guide_explains_every_metric_the_operator_registers() -> None:
+    registered = metric_names((REFERENCE / "operator-metrics.md").read_text())
+    explained = metric_names(MONITORING.read_text().split("## Operator metrics")[1])
+    assert registered - explained == set(), "metrics the operator registers that the monitoring guide does not explain"
+    assert explained - registered == set(), "metrics the monitoring guide explains that the operator does not register"
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from metrics_page import metrics_page  # noqa: E402
+from metrics_page import metrics_page, operator_metrics_page  # noqa: E402
 from openapi_page import api_page  # noqa: E402
 from proto_page import grpc_page  # noqa: E402
 from usage_page import Usage, usage_page  # noqa: E402
@@ -87,6 +87,8 @@ def pages(target: Path, python: str) -> dict[str, str]:
         + grpc_page(sorted((REPO / "proto" / "kplug" / "v1alpha1").glob("*.proto")), REPO),
         "metrics.md": header("Metrics", "the `/metrics` of a running `kplug-apiserver standalone`")
         + metrics_page(binary("kplug-apiserver")),
+        "operator-metrics.md": header("Operator metrics", "the `/metrics` of a running `kplug-operator`")
+        + operator_metrics_page(binary("kplug-operator")),
     }
 
 
