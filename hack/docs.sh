@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kplug's book (docs/, mdBook).
-#   hack/docs.sh install     mdBook into ~/.cache/kplug/tools (hack/setup.sh runs this)
+#   hack/docs.sh install     mdBook, and Debian's Prometheus (to run the monitoring guide's
+#                            queries), into ~/.cache/kplug/tools (hack/setup.sh runs this)
 #   hack/docs.sh build       the book into docs/book/ (open docs/book/index.html)
 #   hack/docs.sh reference   docs/src/reference/ regenerated from the code (builds the workspace first)
 set -euo pipefail
@@ -20,8 +21,23 @@ install_mdbook() {
   fi
 }
 
+# The package's files only, unpacked: installing it would enable a Prometheus
+# service on every machine the suite runs on.
+install_prometheus() {
+  [ -x "$tools/prometheus/usr/bin/prometheus" ] && return
+  echo "== installing Debian's prometheus into $tools/prometheus (its files, no service)" >&2
+  local downloads
+  downloads=$(mktemp -d)
+  (cd "$downloads" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; })
+  dpkg-deb -x "$downloads"/prometheus_*.deb "$tools/prometheus"
+  rm -rf "$downloads"
+}
+
 case "${1:-}" in
-  install) install_mdbook ;;
+  install)
+    install_mdbook
+    install_prometheus
+    ;;
   build)
     install_mdbook
     "$mdbook" build docs

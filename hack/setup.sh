@@ -40,7 +40,8 @@ fi
 
 hack/python-env.sh
 
-# mdBook, which builds the book (docs/), from crates.io, once.
+# mdBook, which builds the book (docs/), from crates.io, and Prometheus, which
+# runs the monitoring guide's queries, from Debian: once.
 hack/docs.sh install
 
 # The end-to-end tests run real Kubernetes components, built once from

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from includes import assert_included
+from prometheus import prometheus
 from shell_steps import Step, differences, steps
 from standalone import Standalone, standalone
 
@@ -228,3 +229,38 @@ def test_the_python_plugin_page_runs_and_answers(session: Session) -> None:
     assert shlex.split(start.command)[:2] == ["python", "hello.py"], start.command
     with session.serving(start, "hello-python"):
         reconciled_by(session, reconcile, "hello-python")
+
+
+def promql(page: Path) -> dict[str, str]:
+    """The page's PromQL block: each query by the comment above it."""
+    block = page.read_text().split("```promql\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    return {comment.removeprefix("# "): query for comment, query in zip(lines[::2], lines[1::2], strict=True)}
+
+
+def test_the_monitoring_guides_queries_answer_from_kplugs_metrics(session: Session, tmp_path: Path) -> None:
+    """Prometheus scrapes the session's kplug while hello reconciles; each of the guide's queries is accepted, names
+    only metrics kplug registers, and the first two answer for hello."""
+    queries = promql(PAGES / "guides" / "monitoring.md")
+    registered = set(re.findall(r"^\| `(\w+)`", (PAGES / "reference" / "metrics.md").read_text(), re.MULTILINE))
+    for query in queries.values():
+        named = {re.sub(r"_(bucket|sum|count)$", "", name) for name in re.findall(r"\b((?:kplug|apiserver)_\w+)", query)}
+        assert named and named <= registered, f"{query}: {named - registered} not in the metrics reference"
+    per_second, p99 = queries["Reconciles per second by plugin and outcome"], queries["p99 time of a plugin's calls"]
+    reconcile = steps(shell_blocks(PAGES / "concepts" / "reconcile.md", "Reconcile and selection")[0])
+    # hello's series exist from its first call on (the guide says why): before the first scrape here.
+    for step in reconcile:
+        session.check(step)
+    with prometheus(session.kplug.kubeconfig, tmp_path) as server:
+        for query in queries.values():
+            answer = server.query(query)
+            assert answer["status"] == "success", f"{query}: {answer}"
+        # Reconciles between scrapes: the rate the first query shows is hello's.
+        for step in reconcile:
+            session.check(step)
+        deadline = time.monotonic() + 30
+        while not [s for s in server.samples(per_second) if s["metric"] == {"plugin": "hello", "outcome": "success"} and float(s["value"][1]) > 0]:
+            assert time.monotonic() < deadline, f"{per_second}: {server.samples(per_second)}"
+            time.sleep(0.5)
+        latencies = [float(s["value"][1]) for s in server.samples(p99) if s["metric"] == {"plugin": "hello"}]
+        assert len(latencies) == 1 and 0 < latencies[0] < 10, f"{p99}: {server.samples(p99)}"

@@ -1,6 +1,7 @@
 """The pages whose commands need the walkthrough's objects (the DatabaseTable CRDs, ``users``, its two plugins and
 the zero-code operator), run as the pages give them against ``hack/walkthrough.sh`` itself, which stays up for the
-module: the kubectl kplug guide and the operator guide."""
+module: the kubectl kplug guide, the binding and deletion of the operator concept page, and the operator guide.
+The tests run in this file's order on the same objects, each leaving what the next one starts from."""
 
 from __future__ import annotations
 
@@ -61,6 +62,19 @@ class Walkthrough:
 
     def table(self) -> dict:
         return json.loads(self.check("kubectl get databasetable users -o json"))
+
+    def users_exist(self) -> bool:
+        return "databasetable.myorg.org/users" in self.check("kubectl get databasetables -o name").splitlines()
+
+    def ready(self, generation: int) -> bool:
+        conditions = self.table().get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" and c.get("observedGeneration") == generation for c in conditions)
+
+    def stop(self, process: str) -> None:
+        """Stops one of the processes the walkthrough started (``DIR/NAME.pid``), as SIGTERM does."""
+        pid = int((self.dir / f"{process}.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        wait_for(f"the walkthrough's {process} stopped", lambda: not Path(f"/proc/{pid}").exists(), 60, lambda: "")
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float, explain: Callable[[], str]) -> None:
@@ -137,6 +151,46 @@ def test_the_kubectl_kplug_guide_runs_in_the_walkthrough(walkthrough: Walkthroug
     assert "kubectl-kplug" in walkthrough.check(f"{completion.command}\ncomplete -p kubectl-kplug"), completion
 
 
+def test_a_binding_cleared_as_the_operator_concept_page_says_moves_the_object(walkthrough: Walkthrough) -> None:
+    """users is bound to MariaDB; preferring PostgreSQL changes nothing (Sticky) until the page's two lines clear
+    the binding and nudge it."""
+    page = PAGES / "concepts" / "operator.md"
+    clear, nudge = steps(shell_blocks(page, "Binding")[0])
+    walkthrough.check("""kubectl patch databasetable users --type merge -p '{"spec":{"preferredImplementation":"PostgreSQL"}}'""")
+    generation = walkthrough.table()["metadata"]["generation"]
+    wait_for(f"users Ready at generation {generation}", lambda: walkthrough.ready(generation), 60, lambda: json.dumps(walkthrough.table()))
+    assert walkthrough.table()["status"]["implementation"] == "MariaDB", "Sticky: still bound to MariaDB"
+
+    walkthrough.check(clear.command)
+    assert "implementation" not in walkthrough.table()["status"]
+    walkthrough.check(nudge.command)
+    wait_for(
+        "users bound to PostgreSQL",
+        lambda: walkthrough.table()["status"].get("implementation") == "PostgreSQL" and walkthrough.ready(generation),
+        60,
+        lambda: json.dumps(walkthrough.table()),
+    )
+    assert walkthrough.table()["status"]["plugin"]["name"] == "database-table-postgresql-plugin"
+
+
+def test_a_finalizer_removed_by_hand_as_the_operator_concept_page_says(walkthrough: Walkthrough) -> None:
+    """With its PostgreSQL plugin gone, deleted users waits, Ready=False saying why, until the page's patch."""
+    (remove,) = steps(shell_blocks(PAGES / "concepts" / "operator.md", "Deletion")[0])
+    walkthrough.stop("postgresql-plugin")
+    walkthrough.check("kubectl delete databasetable users --wait=false")
+
+    def waiting() -> bool:
+        table = walkthrough.table()
+        conditions = table.get("status", {}).get("conditions", [])
+        return "deletionTimestamp" in table["metadata"] and any(
+            c["type"] == "Ready" and c["status"] == "False" and c["reason"] == "PluginUnavailable" for c in conditions
+        )
+
+    wait_for("deleted users waiting for a PostgreSQL plugin", waiting, 60, lambda: json.dumps(walkthrough.table()))
+    walkthrough.check(remove.command)
+    wait_for("users gone", lambda: not walkthrough.users_exist(), 60, lambda: json.dumps(walkthrough.table()))
+
+
 def test_the_zero_code_operator_as_the_operator_guide_starts_it(walkthrough: Walkthrough) -> None:
     """The guide's command line operates the walkthrough's DatabaseTables once the walkthrough's own operator is
     stopped: a new generation of ``users`` becomes Ready, under the guide's operator's default finalizer."""
@@ -145,9 +199,7 @@ def test_the_zero_code_operator_as_the_operator_guide_starts_it(walkthrough: Wal
     (start,) = steps(shell_blocks(page, "Zero code: `kplug-operator`")[0])
     assert start.command.startswith("kplug-operator "), start.command
 
-    own = int((walkthrough.dir / "operator.pid").read_text())
-    os.kill(own, signal.SIGTERM)
-    wait_for("the walkthrough's operator stopped", lambda: not Path(f"/proc/{own}").exists(), 60, lambda: "")
+    walkthrough.stop("operator")
 
     log_path = walkthrough.dir / "guide-operator.log"
     with log_path.open("wb") as log:
@@ -162,6 +214,8 @@ def test_the_zero_code_operator_as_the_operator_guide_starts_it(walkthrough: Wal
     try:
         logged = lambda: log_path.read_text(errors="replace")  # noqa: E731
         wait_for("the guide's operator's controller started", lambda: "controller started" in logged(), 60, logged)
+        # The deletion test above removed users.
+        walkthrough.check("kubectl apply -f examples/database-table/users.yaml")
         walkthrough.check(
             "kubectl patch databasetable users --type merge -p "
             """'{"spec":{"columns":[{"name":"id","type":"uint64"},{"name":"name","type":"string"},"""
@@ -169,11 +223,12 @@ def test_the_zero_code_operator_as_the_operator_guide_starts_it(walkthrough: Wal
         )
         generation = walkthrough.table()["metadata"]["generation"]
 
-        def ready() -> bool:
-            conditions = walkthrough.table().get("status", {}).get("conditions", [])
-            return any(c["type"] == "Ready" and c["status"] == "True" and c.get("observedGeneration") == generation for c in conditions)
-
-        wait_for(f"users Ready at generation {generation}", ready, 60, lambda: json.dumps(walkthrough.table()["status"]) + "\n" + logged())
+        wait_for(
+            f"users Ready at generation {generation}",
+            lambda: walkthrough.ready(generation),
+            60,
+            lambda: json.dumps(walkthrough.table().get("status")) + "\n" + logged(),
+        )
         # The walkthrough's operator uses --finalizer myorg.org/database-table; the guide's line keeps the default.
         assert "kplug.io/finalize" in walkthrough.table()["metadata"]["finalizers"]
         assert operator.poll() is None, logged()
