@@ -326,6 +326,48 @@ fn metrics_count_a_known_workload_for_allowed_readers_and_logs_carry_the_trace()
     ] {
         assert_eq!(samples.value(absent.0, &absent.1), None, "{}", samples.text);
     }
+
+    // An unchanged outcome costs the delegation and nothing more: a nudged
+    // good-2 is answered as before, so no status write and no routine
+    // Normal Event (an Event per resync would be one write per object
+    // every resync, for nothing new).
+    world.request_reconcile("good-2", "unchanged");
+    let success = [("controller", "widget"), ("result", "success")];
+    wait_until("good-2's nudged reconcile", Duration::from_secs(30), || {
+        samples = scrape(&url, Trust::Any, Credential::Bearer(&scraper));
+        let reconciles = samples.expect("controller_runtime_reconcile_total", &success);
+        (reconciles >= 8.0)
+            .then_some(())
+            .ok_or_else(|| format!("{reconciles} successful reconciles"))
+    });
+    for (name, labels, value) in [
+        (
+            "kplug_operator_status_writes_total",
+            &[("target", "object"), ("result", "success")],
+            4.0,
+        ),
+        (
+            "kplug_operator_events_total",
+            &[("type", "Normal"), ("reason", "Greeted")],
+            3.0,
+        ),
+    ] {
+        assert_eq!(
+            samples.expect(name, labels),
+            value,
+            "{name}\n{}",
+            samples.text
+        );
+    }
+    assert!(
+        samples.expect(
+            "kplug_operator_delegations_total",
+            &[("operation", "Reconcile"), ("reason", "Success")]
+        ) >= 5.0,
+        "{}",
+        samples.text
+    );
+
     for process in [
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
