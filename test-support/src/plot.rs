@@ -291,17 +291,14 @@ impl Plots {
                 .draw()?;
             for (i, kind) in chart.kinds.iter().enumerate() {
                 let colour = colour(i);
-                let succeeded = sliced(kind.requests.iter().filter(|r| r.ok), slice);
-                for run in consecutive(&succeeded) {
-                    let medians = run
-                        .iter()
-                        .map(|(index, requests)| ((*index as f64 + 0.5) * slice, median(requests)));
-                    plot.draw_series(LineSeries::new(medians, colour))?;
+                let slices = sliced(kind.requests.iter(), slice);
+                for run in medians(&slices, slice) {
+                    plot.draw_series(LineSeries::new(run, colour))?;
                 }
                 plot.draw_series(
-                    succeeded
+                    slices
                         .values()
-                        .filter_map(|requests| slowest(requests))
+                        .filter_map(|requests| slowest(requests.iter().filter(|r| r.ok)))
                         .map(|r| Circle::new((r.at_s, latency(&r)), 2, colour.filled())),
                 )?;
             }
@@ -309,7 +306,7 @@ impl Plots {
             plot.draw_series(
                 failed
                     .values()
-                    .filter_map(|requests| slowest(requests))
+                    .filter_map(|requests| slowest(requests.iter()))
                     .map(|r| Cross::new((r.at_s, latency(&r)), 4, FAILED.stroke_width(2))),
             )?;
             let (_, plot_rows) = plot.plotting_area().get_pixel_range();
@@ -363,30 +360,30 @@ fn sliced<'a>(
     slices
 }
 
-/// Runs of slices that follow one another: a line between two runs would
-/// draw requests where none succeeded.
-fn consecutive(slices: &BTreeMap<u64, Vec<Request>>) -> Vec<Vec<(u64, &[Request])>> {
-    let mut runs: Vec<Vec<(u64, &[Request])>> = Vec::new();
-    for (&index, requests) in slices {
-        match runs.last_mut() {
-            Some(run) if run.last().is_some_and(|(last, _)| last + 1 == index) => {
-                run.push((index, requests));
-            }
-            _ => runs.push(vec![(index, requests)]),
+/// The median latency of each slice's requests that succeeded, at the
+/// slice's middle, in runs: a slice whose requests all failed ends one, as
+/// a line across it would draw successes where there were none.
+fn medians(slices: &BTreeMap<u64, Vec<Request>>, slice: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut runs = Vec::new();
+    let mut run = Vec::new();
+    for (index, requests) in slices {
+        let mut succeeded: Vec<f64> = requests.iter().filter(|r| r.ok).map(latency).collect();
+        if succeeded.is_empty() {
+            runs.push(std::mem::take(&mut run));
+            continue;
         }
+        succeeded.sort_by(f64::total_cmp);
+        run.push((
+            (*index as f64 + 0.5) * slice,
+            succeeded[succeeded.len() / 2],
+        ));
     }
+    runs.push(run);
     runs
 }
 
-fn median(requests: &[Request]) -> f64 {
-    let mut latencies: Vec<f64> = requests.iter().map(latency).collect();
-    latencies.sort_by(f64::total_cmp);
-    latencies[latencies.len() / 2]
-}
-
-fn slowest(requests: &[Request]) -> Option<Request> {
+fn slowest<'a>(requests: impl Iterator<Item = &'a Request>) -> Option<Request> {
     requests
-        .iter()
         .copied()
         .max_by(|a, b| a.latency_ms.total_cmp(&b.latency_ms))
 }
