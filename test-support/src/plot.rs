@@ -233,10 +233,10 @@ impl Plots {
     }
 
     /// Each kind's latency over time, on a log scale, per slice of the time
-    /// axis: the median as a line, broken where no request of the kind
-    /// succeeded, and the slowest as a dot; the slowest failure of each
-    /// slice, of any kind, as a red cross at its latency; each mark a
-    /// vertical line labelled above the plot. Returns the picture's path from the
+    /// axis: the median as a line, broken where all the kind's requests
+    /// failed, and the slowest as a dot; the slowest failure of each slice,
+    /// of any kind, as a red cross at its latency; each mark a vertical
+    /// line labelled above the plot. Returns the picture's path from the
     /// repository's root.
     pub fn timeline(&self, name: &str, chart: &Timeline) -> Result<String> {
         let path = self.dir.join(format!("{name}.svg"));
