@@ -1,6 +1,7 @@
 """The pages whose commands need the walkthrough's objects (the DatabaseTable CRDs, ``users``, its two plugins and
 the zero-code operator), run as the pages give them against ``hack/walkthrough.sh`` itself, which stays up for the
-module: the kubectl kplug guide, the binding and deletion of the operator concept page, and the operator guide.
+module: the walkthrough page's own, the monitoring guide's binding, the kubectl kplug guide, the binding and deletion
+of the operator concept page, and the operator guide.
 The tests run in this file's order on the same objects, each leaving what the next one starts from."""
 
 from __future__ import annotations
@@ -115,6 +116,26 @@ def walkthrough() -> Iterator[Walkthrough]:
     # Kept when the walkthrough did not come up, for its logs (it never removes a directory it was given).
     shutil.rmtree(directory, ignore_errors=True)
     output.unlink()
+
+
+def test_the_walkthrough_pages_commands(walkthrough: Walkthrough) -> None:
+    page = PAGES / "getting-started" / "walkthrough.md"
+    run, explore = shell_blocks(page, "The walkthrough in one command")[:2]
+    assert run == "hack/walkthrough.sh\n", "the fixture runs it"
+    export, *commands = steps(explore)
+    assert export.command.startswith("export KUBECONFIG="), "the fixture's environment has it"
+    listed, described, extension = (walkthrough.check(step.command) for step in commands)
+    assert "databasetable.myorg.org/users" in listed and "plugin.plugins.kplug.io/database-table-mariadb-plugin" in listed, listed
+    assert "Events:" in described and "Reconciled" in described, described
+    assert yaml.safe_load(extension)["status"]["storageEngine"] == "InnoDB", extension
+
+
+def test_the_monitoring_guides_binding_lets_its_scraper_read_metrics(walkthrough: Walkthrough) -> None:
+    (bind,) = steps(shell_blocks(PAGES / "guides" / "monitoring.md", "Monitor kplug and its operators")[0])
+    may = "kubectl auth can-i get /metrics --as system:serviceaccount:monitoring:prometheus || true"
+    assert walkthrough.check(may) == "no\n"
+    walkthrough.check(bind.command)
+    assert walkthrough.check(may) == "yes\n"
 
 
 def test_the_kubectl_kplug_guide_runs_in_the_walkthrough(walkthrough: Walkthrough) -> None:

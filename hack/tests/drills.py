@@ -267,7 +267,8 @@ class Drills:
         self.report["phases"][name] = figures
         REPORT.parent.mkdir(parents=True, exist_ok=True)
         REPORT.write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
-        shown = {k: v for k, v in figures.items() if k != "audit"}
+        # The timeline (every request) is for the pictures, not the log.
+        shown = {k: v for k, v in figures.items() if k not in ("audit", "timeline")}
         shown["audit"] = {k: v for k, v in figures["audit"].items() if not k.startswith("_")}
         self.show(f"\n=== drill figures: {name} ===\n{json.dumps(shown, indent=1, sort_keys=True)}")
 

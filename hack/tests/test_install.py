@@ -5,10 +5,13 @@ heartbeating to both through the headless Service with projected tokens."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
-from install import APISERVICE, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed
-from kubecluster import wait_for
+from install import APISERVICE, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed, run_script
+from kubecluster import REPO, wait_for
+from readme import replace_in_line, shell_blocks
 
 
 def test_the_api_is_available_through_the_service(installed: Installed) -> None:
@@ -147,3 +150,42 @@ def test_plugins_from_the_short_manifest_serve_over_kplugs_identities_with_no_se
     secrets = cluster.kubectl_json("-n", PLUGINS_NS, "get", "secrets")["items"]
     made = sorted(s["metadata"]["name"] for s in secrets if s["type"] != "kubernetes.io/service-account-token")
     assert made == ["database-table-mariadb-db", "database-table-postgresql-db"], made
+
+
+def test_a_plugin_installed_by_the_install_a_plugin_pages_two_lines(installed: Installed) -> None:
+    """docs/src/guides/install-plugin.md's block as written, but for this cluster's Kubernetes 1.20
+    (``--pdb-v1beta1``, which the page names for it), with its image loaded as a registry would serve it: the plugin
+    ``hello`` turns Ready with 2 instances and answers a reconcile. The same output piped to ``kubectl delete``
+    removes it after."""
+    cluster = installed.cluster
+    block = shell_blocks(REPO / "docs" / "src" / "guides" / "install-plugin.md", "Install a plugin")[0]
+    on_1_20 = replace_in_line(block, "| kubectl apply -f -", "-n plugins", "-n plugins --pdb-v1beta1")
+    label, apply = on_1_20.rstrip("\n").split("\n", 1)
+    assert label.startswith("kubectl label namespace plugins "), label
+    assert apply.startswith("kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 "), apply
+    # `kubectl kplug` is the suite's build.
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "debug"
+    path = {"PATH": f"{target}:{os.environ['PATH']}"}
+    run_script(cluster, installed.work, f"{REPO}/hack/images.sh load hello-plugin", "the hello image's loading")
+    run_script(cluster, installed.work, on_1_20, "Install a plugin's two lines", env=path)
+    try:
+
+        def ready() -> bool:
+            instances = cluster.kubectl_json("get", "plugin", "hello")["status"].get("instances", [])
+            return len(instances) == 2 and all(i["ready"] for i in instances)
+
+        wait_for("plugin hello Ready with 2 instances", ready, timeout=180)
+        body = json.dumps({
+            "apiVersion": "plugins.kplug.io/v1alpha1",
+            "kind": "Reconcile",
+            "spec": {"object": {"apiVersion": "greetings.example.com/v1", "kind": "Greeting", "metadata": {"name": "world"}}},
+        })
+        answer = json.loads(cluster.kubectl("create", "--raw", "/apis/plugins.kplug.io/v1alpha1/plugins/hello/reconcile", "-f", "-", input=body))
+        assert answer["status"]["success"] is True and answer["status"]["results"][0]["message"] == "hello, world", answer
+    finally:
+        run_script(cluster, installed.work, apply.replace("| kubectl apply -f -", "| kubectl delete -f -"), "the plugin's removal", env=path)
+
+    def gone() -> bool:
+        return "hello" not in cluster.kubectl("get", "plugins", "-o", "name").replace("plugin.plugins.kplug.io/", "").split()
+
+    wait_for("plugin hello gone from the registry", gone, timeout=120)
