@@ -310,9 +310,12 @@ def test_plugin_pod_deleted(drills: Drills, baseline: dict[str, Any]) -> None:
 
         wait_for("the deleted instance gone from both kplug replicas", gone_everywhere, 60, interval=0.1)
         phase.mark("instance gone")
-        wait_for("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in plugin_pods(cluster, plugin)}, 60)
+        # The node's part, not kplug's: the plugin stops within milliseconds of SIGTERM (its log says "stopped"),
+        # the kubelet then took from 3 to 54 s to remove the pod on this node under the drills' load.
+        wait_for("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in plugin_pods(cluster, plugin)}, 120)
         phase.mark("pod gone")
         phase.figures["instance_gone_after_s"] = round(phase.marks["instance gone"] - phase.marks["delete pod"], 2)
+        phase.figures["pod_gone_after_s"] = round(phase.marks["pod gone"] - phase.marks["delete pod"], 2)
     # The direct reconciles of the plugin went to the other instance once the deleted one had left.
     after = [s.answered_by for s in phase.load.direct.samples if s.kind == f"reconcile {plugin}" and s.t > phase.marks["instance gone"]]
     phase.figures["answered_after_the_instance_left"] = {name: after.count(name) for name in sorted(set(after))}
