@@ -1,5 +1,7 @@
 //! `mariadb-plugin`: serves `DatabaseTable` objects as MariaDB tables.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use clap::Parser;
 use mariadb_plugin::MariaDbPlugin;
@@ -40,6 +42,8 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colours for people at a terminal, plain text for `kubectl logs`.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
 

@@ -339,14 +339,26 @@ async fn handshake(
         Ok(Ok(stream)) => {
             let _ = connections.send(Ok(stream)).await;
         }
+        // A TCP probe (the kubelet's tcpSocket, a load balancer's check)
+        // connects and closes: every few seconds, and nobody was refused.
+        Ok(Err(error)) if closed_before_hello(&error) => {
+            debug!(%peer, "connection closed before its TLS handshake");
+        }
         Ok(Err(error)) => info!(%peer, %error, "TLS handshake failed; connection refused"),
         Err(_) => debug!(%peer, timeout = ?HANDSHAKE_TIMEOUT, "TLS handshake timed out"),
     }
 }
 
+/// Whether a failed handshake is a connection its client closed before
+/// saying anything.
+fn closed_before_hello(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::UnexpectedEof
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
 
     fn config() -> Config {
         Config::default()
@@ -429,5 +441,48 @@ mod tests {
         assert!(reason(&pem("", "")).contains("certificate file holds no PEM certificate"));
         let broken = "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
         assert!(reason(&pem(broken, "")).contains("not valid PEM"));
+    }
+
+    /// The error a real handshake ends with when the client sends `first`,
+    /// then closes.
+    async fn handshake_error(first: &[u8]) -> io::Error {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let certificate = rcgen::CertificateParams::new(vec!["plugin.test".to_owned()])
+            .expect("names")
+            .self_signed(&key)
+            .expect("a certificate");
+        let config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![certificate.der().clone()],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+                )
+                .expect("a server config");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let first = first.to_vec();
+        let client = tokio::spawn(async move {
+            let mut stream = TcpStream::connect(address).await.expect("connect");
+            stream.write_all(&first).await.expect("write");
+            stream.shutdown().await.expect("close");
+        });
+        let (stream, _) = listener.accept().await.expect("accept");
+        let error = TlsAcceptor::from(Arc::new(config))
+            .accept(stream)
+            .await
+            .expect_err("the handshake fails");
+        client.await.expect("the client");
+        error
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_connects_and_closes_is_not_a_refused_client() {
+        assert!(closed_before_hello(&handshake_error(b"").await));
+        // A client speaking something else than TLS is refused, and says so.
+        let plain_http = handshake_error(b"GET / HTTP/1.1\r\nHost: plugin\r\n\r\n").await;
+        assert!(!closed_before_hello(&plain_http), "{plain_http}");
     }
 }
