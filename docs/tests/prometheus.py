@@ -85,18 +85,18 @@ def prometheus(kubeconfig: Path, work: Path, timeout: float = 60) -> Iterator[Pr
             stderr=output,
         )
     try:
-        server_ = Prometheus(f"http://{listen}")
+        running = Prometheus(f"http://{listen}")
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if server_.samples('count_over_time(up{job="kplug"}[1m]) >= 2 and up{job="kplug"} == 1'):
+                if running.samples('count_over_time(up{job="kplug"}[1m]) >= 2 and up{job="kplug"} == 1'):
                     break
-            except (OSError, AssertionError):
-                pass  # not listening yet, or no scrape yet
+            except (OSError, ValueError):
+                pass  # not listening yet, or starting (503, not JSON)
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"Prometheus has not scraped kplug twice within {timeout} s; its log:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        yield server_
+        yield running
     finally:
         process.terminate()
         process.wait(30)
