@@ -11,4 +11,5 @@ pub mod reference;
 pub mod selection;
 pub mod shadow;
 pub mod v1alpha1;
+pub mod validation;
 pub mod version;

@@ -20,4 +20,3 @@ pub mod server;
 pub mod stored;
 pub mod trust;
 pub use kplug_api::{v1alpha1, version};
-pub mod validation;

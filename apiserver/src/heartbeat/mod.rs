@@ -26,7 +26,7 @@ use crate::auth::delegated::Delegated;
 use crate::auth::{Attributes, AuthError};
 use crate::identity::{SignError, Signer};
 use crate::registry::Registry;
-use crate::validation;
+use kplug_api::validation;
 use metrics::Answer;
 
 /// What the server announces it can do, so plugins can adapt.

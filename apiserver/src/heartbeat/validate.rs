@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use kplug_api::validation;
 use kplug_proto::v1alpha1::{HeartbeatRequest, PROTOCOL_VERSION};
 
+use crate::identity;
 use crate::registry::{Declaration, Registry};
 use crate::v1alpha1::{ExtensionKind, PluginApi, Protocol, labels};
-use crate::{identity, validation};
 
 const MAX_VERSION_LEN: usize = 63;
 const MAX_EXTENSIONS: usize = 64;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use super::SelectorError;
 use super::label::{Op, Requirement};
 use super::lexer::{Token, tokenize};
-use crate::validation::{label_key, label_value};
+use kplug_api::validation::{label_key, label_value};
 
 /// Recursive descent over apimachinery's grammar; each error message matches
 /// the one its parser gives at the same point.

@@ -1,7 +1,7 @@
 //! Label selectors that are rejected, and the message for each.
 
 use super::{LabelSelector, SelectorError, label_err, labels};
-use crate::validation::{label_key, label_value};
+use kplug_api::validation::{label_key, label_value};
 
 #[test]
 fn empty_terms_are_rejected() {
