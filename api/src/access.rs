@@ -4,11 +4,15 @@
 //! act on themselves (the confused deputy an aggregated API server must not
 //! be), in each object's own namespace and name.
 //!
-//! | the request | on `spec.object` | on each extension |
-//! |---|---|---|
-//! | Reconcile | `update` `R/status` | `get` |
-//! | Finalize | `update` `R/finalizers` | `get` |
-//! | any dry run | `get` | `get` |
+//! | the request | on `spec.object` | on each extension | on each observed child |
+//! |---|---|---|---|
+//! | Reconcile | `update` `R/status` | `get` | `get` |
+//! | Finalize | `update` `R/finalizers` | `get` | `get` |
+//! | any dry run | `get` | `get` | `get` |
+//!
+//! An observed child (`spec.observedChildren`) is what the caller says it
+//! saw: a caller who may not read it must not be able to feed a plugin a
+//! made-up copy of it.
 //!
 //! A reconcile by reference (`spec.objectRef`) needs, besides, `get` on the
 //! object it names: kplug reads the object and its extensions on the
@@ -32,6 +36,12 @@ pub struct Right {
 
 /// What a reconcile's extensions need: to be read.
 pub const ON_EXTENSION: Right = Right {
+    verb: "get",
+    subresource: "",
+};
+
+/// What each observed child needs: to be read.
+pub const ON_OBSERVED_CHILD: Right = Right {
     verb: "get",
     subresource: "",
 };
@@ -79,6 +89,7 @@ mod tests {
             assert_eq!(on_object(operation, true), right("get", ""));
         }
         assert_eq!(ON_EXTENSION, right("get", ""));
+        assert_eq!(ON_OBSERVED_CHILD, right("get", ""));
         assert_eq!(ON_REFERENCED_OBJECT, right("get", ""));
     }
 }

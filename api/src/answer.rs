@@ -7,8 +7,9 @@
 //! A status must be a JSON object (the `status` of a Kubernetes object is
 //! one), nested at most [`MAX_STATUS_DEPTH`] levels and at most
 //! [`MAX_STATUS_BYTES`] long; an extension status must name an extension
-//! the plugin was sent. kplug answers the caller one `500 InternalError`
-//! naming the plugin and the field, as kube-apiserver words a webhook's
+//! the plugin was sent; a desired child must follow [`crate::children`]'s
+//! rules. kplug answers the caller one `500 InternalError` naming the
+//! plugin, the field (and the child), as kube-apiserver words a webhook's
 //! invalid answer, and nothing of the answer.
 //!
 //! Results and conditions are not counted: a plugin may report one per
@@ -16,12 +17,14 @@
 //! answer after the changes were made would lose them; the gRPC message
 //! limit bounds their number.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use kplug_proto::v1alpha1 as proto;
 use serde::{Deserialize, Serialize};
 
-use crate::v1alpha1::{ExtensionStatus, ObjectRef, ReconcileResult, ResultCondition};
+use crate::children::{self, ChildError, MAX_CHILD_BYTES, MAX_CHILDREN, Placement};
+use crate::v1alpha1::{DesiredChild, ExtensionStatus, ObjectRef, ReconcileResult, ResultCondition};
 
 /// etcd's default `--max-request-bytes` (1.5 MiB): the largest object
 /// kube-apiserver can store. A status this long alone can never be
@@ -60,6 +63,17 @@ pub enum BadAnswer {
     },
     #[error("{field}: Invalid value: {reference:?}: names no extension the plugin was sent")]
     NotSent { field: String, reference: String },
+    #[error("{field}: Too many: {found}: must have at most {max} items")]
+    TooMany {
+        field: String,
+        found: usize,
+        max: usize,
+    },
+    /// What is wrong with one desired child, named by its key.
+    #[error("child {key:?}: {error}")]
+    Child { key: String, error: Box<BadAnswer> },
+    #[error(transparent)]
+    ChildRule(#[from] ChildError),
 }
 
 /// A plugin's answer as kplug reports it: the fields of
@@ -79,15 +93,20 @@ pub struct PluginAnswer {
     pub extension_statuses: Vec<ExtensionStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue_after_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub desired_children: Vec<DesiredChild>,
 }
 
 /// Checks `answer` from a plugin that was sent the extensions `sent` (their
-/// JSON, read only when the answer has extension statuses).
+/// JSON, read only when the answer has extension statuses), for an object
+/// whose children may be where `placement` says.
 pub fn checked<'a>(
     answer: proto::ReconcileResponse,
     sent: impl IntoIterator<Item = &'a [u8]>,
+    placement: Placement<'_>,
 ) -> Result<PluginAnswer, BadAnswer> {
     let object_status = status("status.objectStatus", &answer.object_status)?;
+    let desired_children = desired_children(answer.desired_children, placement)?;
     // Read only when needed: most answers carry no extension status.
     let sent = match answer.extension_statuses.is_empty() {
         true => SentExtensions(Vec::new()),
@@ -141,20 +160,78 @@ pub fn checked<'a>(
             .requeue_after
             .and_then(|d| Duration::try_from(d).ok())
             .map(|d| d.as_secs_f64()),
+        desired_children,
     })
+}
+
+/// The desired children, each checked; the first bad one refuses them all.
+fn desired_children(
+    children: Vec<proto::DesiredChild>,
+    placement: Placement<'_>,
+) -> Result<Vec<DesiredChild>, BadAnswer> {
+    if children.len() > MAX_CHILDREN {
+        return Err(BadAnswer::TooMany {
+            field: "status.desiredChildren".to_owned(),
+            found: children.len(),
+            max: MAX_CHILDREN,
+        });
+    }
+    let mut keys = HashSet::with_capacity(children.len());
+    children
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            let field = format!("status.desiredChildren[{i}]");
+            let named = |error: BadAnswer| BadAnswer::Child {
+                key: child.key.clone(),
+                error: Box::new(error),
+            };
+            children::key(&format!("{field}.key"), &child.key, &mut keys)
+                .map_err(|e| named(e.into()))?;
+            let field = format!("{field}.object");
+            let object = json_object(&field, &child.object, MAX_CHILD_BYTES)
+                .and_then(|o| {
+                    o.ok_or(BadAnswer::Required {
+                        field: field.clone(),
+                    })
+                })
+                .map_err(named)?;
+            children::desired(&field, &object, placement).map_err(|e| named(e.into()))?;
+            Ok(DesiredChild {
+                ready: match proto::Readiness::try_from(child.ready) {
+                    Ok(proto::Readiness::Ready) => Some(true),
+                    Ok(proto::Readiness::NotReady) => Some(false),
+                    _ => None,
+                },
+                wave: child.wave,
+                key: child.key,
+                object,
+            })
+        })
+        .collect()
 }
 
 /// The status at `field` (protobuf bytes of JSON), checked; `None` when the
 /// plugin sent none (no bytes).
 fn status(field: &str, bytes: &[u8]) -> Result<Option<serde_json::Value>, BadAnswer> {
+    json_object(field, bytes, MAX_STATUS_BYTES)
+}
+
+/// The JSON object at `field`, at most `max` bytes long and
+/// [`MAX_STATUS_DEPTH`] deep; `None` for no bytes.
+fn json_object(
+    field: &str,
+    bytes: &[u8],
+    max: usize,
+) -> Result<Option<serde_json::Value>, BadAnswer> {
     if bytes.is_empty() {
         return Ok(None);
     }
-    if bytes.len() > MAX_STATUS_BYTES {
+    if bytes.len() > max {
         return Err(BadAnswer::TooLong {
             field: field.to_owned(),
             bytes: bytes.len(),
-            max: MAX_STATUS_BYTES,
+            max,
         });
     }
     // Measured before parsing, so that serde_json's own recursion limit is
@@ -381,7 +458,7 @@ mod tests {
             extension_statuses: vec![reported(br#"{"b":2}"#)],
             ..proto::ReconcileResponse::default()
         };
-        let checked_ok = checked(ok, sent).expect("a valid answer");
+        let checked_ok = checked(ok, sent, Placement::default()).expect("a valid answer");
         assert_eq!(checked_ok.object_status, Some(serde_json::json!({"a": 1})));
         assert_eq!(
             checked_ok.extension_statuses[0].status,
@@ -393,7 +470,7 @@ mod tests {
             ..proto::ReconcileResponse::default()
         };
         assert_eq!(
-            checked(empty, sent)
+            checked(empty, sent, Placement::default())
                 .map(|s| s.object_status)
                 .map_err(|e| e.to_string()),
             Err("status.extensionStatuses[0].status: Required value".to_owned())
@@ -421,7 +498,7 @@ mod tests {
             }),
             ..proto::ReconcileResponse::default()
         };
-        let read = checked(answer, []).expect("a valid answer");
+        let read = checked(answer, [], Placement::default()).expect("a valid answer");
         assert_eq!(
             serde_json::to_value(&read).expect("serializes"),
             serde_json::json!({
@@ -430,6 +507,137 @@ mod tests {
                 "conditions": [{"type": "Synced", "status": "False", "reason": "UnknownColumnType"}],
                 "requeueAfterSeconds": 1.5,
             })
+        );
+    }
+
+    fn child(key: &str, object: &str) -> proto::DesiredChild {
+        proto::DesiredChild {
+            key: key.to_owned(),
+            object: object.as_bytes().to_vec(),
+            ..proto::DesiredChild::default()
+        }
+    }
+
+    fn with_children(children: Vec<proto::DesiredChild>) -> Result<PluginAnswer, String> {
+        let answer = proto::ReconcileResponse {
+            desired_children: children,
+            ..proto::ReconcileResponse::default()
+        };
+        let placement = Placement {
+            namespace: "shop",
+            scope: crate::v1alpha1::ChildScope::Namespace,
+        };
+        checked(answer, [], placement).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn desired_children_read_with_their_verdict_and_wave() {
+        let site =
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"site"},"data":{"a":"1"}}"#;
+        let web = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"shop"}}"#;
+        let children = vec![
+            child("site", site),
+            proto::DesiredChild {
+                ready: proto::Readiness::NotReady as i32,
+                wave: 1,
+                ..child("web", web)
+            },
+            proto::DesiredChild {
+                ready: proto::Readiness::Ready as i32,
+                wave: -1,
+                ..child("early", site)
+            },
+        ];
+        let read = with_children(children).expect("valid children");
+        assert_eq!(
+            serde_json::to_value(&read.desired_children).expect("serializes"),
+            serde_json::json!([
+                {"key": "site", "object": serde_json::from_str::<serde_json::Value>(site).expect("JSON")},
+                {"key": "web", "object": serde_json::from_str::<serde_json::Value>(web).expect("JSON"),
+                 "ready": false, "wave": 1},
+                {"key": "early", "object": serde_json::from_str::<serde_json::Value>(site).expect("JSON"),
+                 "ready": true, "wave": -1},
+            ])
+        );
+        assert!(with_children(Vec::new()).is_ok_and(|a| a.desired_children.is_empty()));
+    }
+
+    #[test]
+    fn a_bad_child_refuses_the_answer_naming_the_child() {
+        let good = child(
+            "site",
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"site"}}"#,
+        );
+        let huge = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big"}},"data":{{"a":"{}"}}}}"#,
+            "x".repeat(2 << 20)
+        );
+        for (bad, message) in [
+            (
+                child(
+                    "web",
+                    r#"{"apiVersion":"apps/v1","metadata":{"name":"web"}}"#,
+                ),
+                "child \"web\": status.desiredChildren[1].object.kind: Required value".to_owned(),
+            ),
+            (
+                child("big", &huge),
+                format!(
+                    "child \"big\": status.desiredChildren[1].object: Too long: must have at \
+                     most {MAX_CHILD_BYTES} bytes, found {}",
+                    huge.len()
+                ),
+            ),
+            (
+                child(
+                    "owned",
+                    r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","ownerReferences":[{"name":"x"}]}}"#,
+                ),
+                "child \"owned\": status.desiredChildren[1].object.metadata.ownerReferences: \
+                 Forbidden: a plugin may not set it: the operator ties the child to its object"
+                    .to_owned(),
+            ),
+            (
+                child(
+                    "away",
+                    r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"kube-system"}}"#,
+                ),
+                "child \"away\": status.desiredChildren[1].object.metadata.namespace: Forbidden: \
+                 must be the object's namespace \"shop\" (or unset): the operator does not allow \
+                 children in other namespaces (childScope Cluster)"
+                    .to_owned(),
+            ),
+            (
+                child(
+                    "site",
+                    r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#,
+                ),
+                "child \"site\": status.desiredChildren[1].key: Duplicate value: \"site\""
+                    .to_owned(),
+            ),
+            (
+                child("list", "[1]"),
+                "child \"list\": status.desiredChildren[1].object: Invalid value: \"array\": must \
+                 be of type object"
+                    .to_owned(),
+            ),
+            (
+                child("empty", ""),
+                "child \"empty\": status.desiredChildren[1].object: Required value".to_owned(),
+            ),
+        ] {
+            assert_eq!(
+                with_children(vec![good.clone(), bad]).map(|_| ()),
+                Err(message)
+            );
+        }
+        let many = vec![good; MAX_CHILDREN + 1];
+        assert_eq!(
+            with_children(many).map(|_| ()),
+            Err(format!(
+                "status.desiredChildren: Too many: {}: must have at most {MAX_CHILDREN} items",
+                MAX_CHILDREN + 1
+            ))
         );
     }
 }

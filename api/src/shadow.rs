@@ -6,8 +6,11 @@
 //! A comparison looks at what an operator writes back: `success`, the
 //! results' reasons (not their messages, which a dry run words as what it
 //! would do), the conditions' type, status and reason, the object's
-//! status and each extension's status, field by field. `requeueAfter` is
-//! not compared: plugins requeue dry runs differently by design.
+//! status, each extension's status and each desired child (its object,
+//! verdict and wave, by key), field by field: a version that would change
+//! a Deployment's image shows as `desiredChildren[web].object.spec...`
+//! before it serves anyone. `requeueAfter` is not compared: plugins
+//! requeue dry runs differently by design.
 
 use std::collections::BTreeSet;
 
@@ -171,6 +174,18 @@ pub fn differences(primary: &PluginAnswer, shadow: &PluginAnswer) -> Vec<FieldDi
             &mut out,
         );
     }
+    let keys: BTreeSet<&str> = (primary.children.iter())
+        .chain(&shadow.children)
+        .map(|(key, _)| *key)
+        .collect();
+    for key in keys {
+        diff(
+            &format!("desiredChildren[{key}]"),
+            primary.child(key),
+            shadow.child(key),
+            &mut out,
+        );
+    }
     out
 }
 
@@ -182,6 +197,8 @@ struct Compared<'a> {
     object_status: Option<&'a Value>,
     /// `KIND/NAMESPACE/NAME` and the status.
     extensions: Vec<(String, &'a Value)>,
+    /// Each child's key, and its object, verdict and wave.
+    children: Vec<(&'a str, Value)>,
 }
 
 impl<'a> Compared<'a> {
@@ -206,11 +223,30 @@ impl<'a> Compared<'a> {
                 .iter()
                 .map(|e| (reference(&e.reference), &e.status))
                 .collect(),
+            children: answer
+                .desired_children
+                .iter()
+                .map(|child| {
+                    let mut compared = serde_json::Map::new();
+                    compared.insert("object".to_owned(), child.object.clone());
+                    if let Some(ready) = child.ready {
+                        compared.insert("ready".to_owned(), Value::Bool(ready));
+                    }
+                    compared.insert("wave".to_owned(), child.wave.into());
+                    (child.key.as_str(), Value::Object(compared))
+                })
+                .collect(),
         }
     }
 }
 
 impl<'a> Compared<'a> {
+    fn child(&self, key: &str) -> Option<&Value> {
+        (self.children.iter())
+            .find(|(k, _)| *k == key)
+            .map(|(_, child)| child)
+    }
+
     fn extension(&self, reference: &str) -> Option<&'a Value> {
         self.extensions
             .iter()

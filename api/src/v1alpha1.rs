@@ -193,8 +193,8 @@ impl PluginInstance {
     }
 }
 
-fn is_zero(value: &u32) -> bool {
-    *value == 0
+fn is_zero<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// The condition type that says whether a plugin can take requests.
@@ -298,6 +298,13 @@ pub struct ReconcileSpec {
     /// Pins one plugin by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
+    /// The children of the object that earlier answers asked for, as the
+    /// caller last observed them; see [`ObservedChild`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed_children: Vec<ObservedChild>,
+    /// Where the plugin's desired children may be; see [`ChildScope`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_scope: Option<ChildScope>,
 }
 
 impl ReconcileSpec {
@@ -314,6 +321,8 @@ impl ReconcileSpec {
         "requiredImplementation",
         "versionConstraint",
         "plugin",
+        "observedChildren",
+        "childScope",
     ];
 
     /// The operation asked for; `Err` holds an unsupported name.
@@ -324,6 +333,29 @@ impl ReconcileSpec {
             Some(other) => Err(other),
         }
     }
+}
+
+/// A child object as the caller (an operator) last observed it: the live
+/// object, status included, under the key the plugin gave it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedChild {
+    pub key: String,
+    pub object: RawObject,
+}
+
+/// Where a plugin's desired children may be, as the operator that applies
+/// them allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChildScope {
+    /// Only in the reconciled object's own namespace (anywhere for a
+    /// cluster-scoped object): where an owner reference can tie the child
+    /// to it.
+    #[default]
+    Namespace,
+    /// In any namespace, or cluster-scoped: an operator started to allow it
+    /// tracks such children by label and its inventory.
+    Cluster,
 }
 
 /// Which plugin call to make.
@@ -386,6 +418,8 @@ pub struct ReconcileStatus {
     pub extension_statuses: Vec<ExtensionStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_after_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub desired_children: Vec<DesiredChild>,
     pub operation_id: String,
     pub duration_milliseconds: f64,
 }
@@ -455,6 +489,23 @@ pub struct ExtensionStatus {
     #[serde(rename = "ref")]
     pub reference: ObjectRef,
     pub status: serde_json::Value,
+}
+
+/// A Kubernetes object the plugin wants to exist for the reconciled
+/// object, checked by kplug ([`crate::children`] says how).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredChild {
+    /// Names the child across answers: a DNS-1123 label, unique in the answer.
+    pub key: String,
+    /// Server-side apply intent: only the fields the plugin cares about.
+    pub object: serde_json::Value,
+    /// The plugin's verdict; absent for the operator's default rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Applied once every lower wave is ready; removed in reverse order.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wave: i32,
 }
 
 /// A stored object that kplug reads for a reconcile by reference, so that

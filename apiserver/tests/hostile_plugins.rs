@@ -9,9 +9,12 @@
 
 use std::time::{Duration, Instant};
 
+use kplug_api::children::MAX_CHILD_BYTES;
 use kplug_apiserver::api::reconcile::{MAX_STATUS_BYTES, MAX_STATUS_DEPTH};
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{ExtensionKind, ExtensionStatus, ObjectReference, ReconcileResponse};
+use kplug_proto::v1alpha1::{
+    DesiredChild, ExtensionKind, ExtensionStatus, ObjectReference, Readiness, ReconcileResponse,
+};
 use kplug_test_support::hostile::{Hostile, Mode, Registration, json_of, nested_json};
 use kplug_test_support::measure::{Latencies, proc_status_kib, process_cpu_time};
 use kplug_test_support::report::ms;
@@ -306,6 +309,121 @@ fn statuses_that_cannot_be_written_are_refused_and_nothing_of_them_is_answered()
             ms(latency, 2)
         );
     }
+}
+
+/// An answer with these desired children, each a key and its JSON.
+fn with_children(children: &[(&str, Vec<u8>)]) -> ReconcileResponse {
+    ReconcileResponse {
+        success: true,
+        desired_children: children
+            .iter()
+            .map(|(key, object)| DesiredChild {
+                key: (*key).to_owned(),
+                object: object.clone(),
+                ..DesiredChild::default()
+            })
+            .collect(),
+        ..ReconcileResponse::default()
+    }
+}
+
+#[test]
+fn children_no_operator_should_apply_are_refused_naming_the_child() {
+    let scene = Scene::start(Mode::Silent, &[]);
+    let mut parent = greeting("site");
+    parent["metadata"]["namespace"] = json!("shop");
+    let spec = json!({"object": parent});
+    let config_map = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"site"}}"#;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                            "metadata": {"name": "web", "namespace": "shop"}});
+
+    // What a plugin may answer: children of its object's namespace, each
+    // with its verdict and wave, returned as they were sent.
+    let mut answer = with_children(&[
+        ("site", config_map.to_vec()),
+        ("web", deployment.to_string().into_bytes()),
+    ]);
+    answer.desired_children[1].ready = Readiness::NotReady.into();
+    answer.desired_children[1].wave = 1;
+    scene.hostile.set(Mode::Answer(answer));
+    let answered = scene
+        .reconcile("hostile", spec.clone())
+        .expect("valid children");
+    assert_eq!(
+        answered["status"]["desiredChildren"],
+        json!([
+            {"key": "site", "object": serde_json::from_slice::<Value>(config_map).expect("JSON")},
+            {"key": "web", "object": deployment, "ready": false, "wave": 1},
+        ]),
+        "{answered:#}"
+    );
+
+    let huge = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big"}},"data":{{"a":"{}"}}}}"#,
+        "x".repeat(2 << 20)
+    );
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        (
+            "no kind",
+            br#"{"apiVersion":"v1","metadata":{"name":"a"}}"#.to_vec(),
+            "child \"bad\": status.desiredChildren[1].object.kind: Required value".to_owned(),
+        ),
+        (
+            "a 2 MiB object",
+            huge.clone().into_bytes(),
+            format!(
+                "child \"bad\": status.desiredChildren[1].object: Too long: must have at most \
+                 {MAX_CHILD_BYTES} bytes, found {}",
+                huge.len()
+            ),
+        ),
+        (
+            "owner references set by the plugin",
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","ownerReferences":[{"apiVersion":"v1","kind":"Namespace","name":"kube-system","uid":"x"}]}}"#.to_vec(),
+            "child \"bad\": status.desiredChildren[1].object.metadata.ownerReferences: \
+             Forbidden: a plugin may not set it: the operator ties the child to its object"
+                .to_owned(),
+        ),
+        (
+            "another namespace, which the caller does not allow",
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"kube-system"}}"#.to_vec(),
+            "child \"bad\": status.desiredChildren[1].object.metadata.namespace: Forbidden: \
+             must be the object's namespace \"shop\" (or unset)"
+                .to_owned(),
+        ),
+    ];
+    for (attack, child, message) in cases {
+        let answer = with_children(&[("site", config_map.to_vec()), ("bad", child.clone())]);
+        scene.hostile.set(Mode::Answer(answer));
+        let refused = scene.reconcile("hostile", spec.clone()).expect_err(attack);
+        assert_refused(
+            &refused,
+            500,
+            "InternalError",
+            &["plugin hostile returned an invalid answer: ", &message],
+        );
+        assert!(
+            !refused.message.contains("site"),
+            "the good child is not answered: {refused:?}"
+        );
+        eprintln!("hostile: a child with {attack}: refused");
+    }
+
+    // An operator started to allow children elsewhere says so.
+    let elsewhere =
+        br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"kube-system"}}"#;
+    scene
+        .hostile
+        .set(Mode::Answer(with_children(&[("away", elsewhere.to_vec())])));
+    let mut cluster = spec.clone();
+    cluster["childScope"] = json!("Cluster");
+    let answered = scene
+        .reconcile("hostile", cluster)
+        .expect("allowed with childScope Cluster");
+    assert_eq!(
+        answered["status"]["desiredChildren"][0]["object"]["metadata"]["namespace"],
+        "kube-system"
+    );
 }
 
 #[test]

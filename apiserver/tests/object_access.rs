@@ -1,7 +1,7 @@
 //! A reconcile acts only on what its caller may touch: kplug in cluster
 //! mode, behind a real kube-apiserver (hack/control-plane.sh) with RBAC,
-//! checks with SubjectAccessReviews that the caller holds, on the object and
-//! on each extension of a reconcile, the right a controller of it holds
+//! checks with SubjectAccessReviews that the caller holds, on the object, on
+//! each extension and on each observed child of a reconcile, the right a controller of it holds
 //! (`kplug_api::access`), in the object's own namespace, before any plugin
 //! is called.
 
@@ -269,6 +269,27 @@ subjects: [{kind: User, name: viewer}]
         &world.reconcile_as("op", &foreign),
         "configmaps \"settings\" is forbidden"
     ));
+
+    // So does each observed child: a caller who may not read a Deployment
+    // cannot feed the plugin a copy of it.
+    let mut observed: Value =
+        serde_json::from_str(&request("Reconcile", false, "team-a", json!([])))
+            .expect("the request is JSON");
+    observed["spec"]["observedChildren"] = json!([{"key": "web", "object": {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "status": {"availableReplicas": 1},
+    }}]);
+    let output = world.reconcile_as("op", &observed.to_string());
+    assert!(
+        refused(
+            &output,
+            "deployments.apps \"web\" is forbidden: User \"op\" cannot get resource \
+             \"deployments\" in API group \"apps\" in the namespace \"team-a\""
+        ),
+        "{}",
+        output_text(&output)
+    );
 
     // An object of a kind the cluster does not serve, outside the plugin's
     // group, has no right to check: 422 naming it.

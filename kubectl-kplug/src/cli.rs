@@ -364,6 +364,16 @@ pub struct RenderArgs {
     /// The outcome as yaml or json.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Format,
+    /// A file of the object's children as the operator observed them (what
+    /// `kubectl get deployment NAME -o yaml` prints): each carries the
+    /// plugins.kplug.io/child-key annotation the operator sets; a List's
+    /// items are read one by one. Repeat for more files.
+    #[arg(long, value_name = "FILE")]
+    pub observed: Vec<PathBuf>,
+    /// Where the plugin's children may be, as the operator allows: only in
+    /// the object's namespace, or anywhere in the cluster.
+    #[arg(long, value_enum, default_value = "namespace")]
+    pub child_scope: ChildScope,
     /// The plugin's command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -425,6 +435,24 @@ pub enum DryRun {
 pub enum Format {
     Yaml,
     Json,
+}
+
+/// Where a plugin's children may be (a Reconcile's `spec.childScope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ChildScope {
+    /// Only in the reconciled object's namespace.
+    Namespace,
+    /// In any namespace, or cluster-scoped.
+    Cluster,
+}
+
+impl From<ChildScope> for kplug_api::v1alpha1::ChildScope {
+    fn from(scope: ChildScope) -> Self {
+        match scope {
+            ChildScope::Namespace => Self::Namespace,
+            ChildScope::Cluster => Self::Cluster,
+        }
+    }
 }
 
 /// `-o` for lists: also the wider table.

@@ -352,6 +352,7 @@ mod tests {
             requeue_after_seconds: Some(300.0),
             operation_id: "op-1".into(),
             duration_milliseconds: 14.5,
+            ..ReconcileStatus::default()
         }
     }
 

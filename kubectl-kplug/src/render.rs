@@ -1,18 +1,21 @@
 //! `kubectl kplug render`: a plugin's answer for objects in files, with no
 //! cluster and no kplug. The objects are read and checked (`input`), the
 //! plugin command is started in the SDKs' local mode (`process`) or a
-//! running plugin is dialed, called once over plain gRPC as kplug calls it,
-//! and its answer is read as kplug reads one (`kplug_api::answer`).
+//! running plugin is dialed, called once over plain gRPC as kplug calls it
+//! (with the observed children of `--observed`), and its answer is read as
+//! kplug reads one (`kplug_api::answer`), desired children included.
 
 mod input;
 mod process;
 
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kplug_api::answer::{self, PluginAnswer};
+use kplug_api::children::Placement;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
-use kplug_proto::v1alpha1::{ReconcileRequest, ReconcileResponse};
+use kplug_proto::v1alpha1::{ObservedChild, ReconcileRequest, ReconcileResponse};
 use tonic::transport::Endpoint;
 
 use crate::cli::{Format, RenderArgs};
@@ -26,23 +29,34 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `kubectl kplug render`.
 pub async fn run(args: &RenderArgs) -> Result<(), Error> {
-    let objects = input::objects(&read_files(args)?).map_err(|e| Error::Usage(e.to_string()))?;
+    let usage = |e: input::InputError| Error::Usage(e.to_string());
+    let objects = input::objects(&read_files(&args.files)?).map_err(usage)?;
+    let observed = input::observed(&read_files(&args.observed)?).map_err(usage)?;
+    let observed: Vec<ObservedChild> = (observed.into_iter())
+        .map(|(key, object)| ObservedChild { key, object })
+        .collect();
     let answer = match &args.plugin_address {
-        Some(address) => call(address, args, &objects).await,
+        Some(address) => call(address, args, &objects, &observed).await,
         None => {
             let (plugin, address) = LocalPlugin::start(&args.command, args.start_timeout)
                 .await
                 .map_err(|e| Error::PluginNotStarted(e.to_string()))?;
-            let answer = call(&address, args, &objects).await;
+            let answer = call(&address, args, &objects, &observed).await;
             plugin.stop().await;
             answer
         }
     }?;
-    // Extension statuses are checked against the extensions sent, as kplug does.
-    let rendered =
-        answer::checked(answer, objects.extensions.iter().map(Vec::as_slice)).map_err(|error| {
-            Error::PluginAnswer(format!("kplug would refuse the plugin's answer: {error}"))
-        })?;
+    // Extension statuses are checked against the extensions sent, and
+    // children against the object's namespace, as kplug does.
+    let object: serde_json::Value = serde_json::from_slice(&objects.object).unwrap_or_default();
+    let placement = Placement {
+        namespace: object["metadata"]["namespace"].as_str().unwrap_or_default(),
+        scope: args.child_scope.into(),
+    };
+    let sent = objects.extensions.iter().map(Vec::as_slice);
+    let rendered = answer::checked(answer, sent, placement).map_err(|error| {
+        Error::PluginAnswer(format!("kplug would refuse the plugin's answer: {error}"))
+    })?;
     print(args.output, &rendered)?;
     if rendered.success {
         Ok(())
@@ -53,9 +67,9 @@ pub async fn run(args: &RenderArgs) -> Result<(), Error> {
     }
 }
 
-/// Each `-f` file's name and text; `-` is stdin.
-fn read_files(args: &RenderArgs) -> Result<Vec<(String, String)>, Error> {
-    args.files
+/// Each file's name and text; `-` is stdin.
+fn read_files(paths: &[PathBuf]) -> Result<Vec<(String, String)>, Error> {
+    paths
         .iter()
         .map(|path| {
             let name = path.display().to_string();
@@ -76,6 +90,7 @@ async fn call(
     address: &str,
     args: &RenderArgs,
     objects: &Objects,
+    observed: &[ObservedChild],
 ) -> Result<ReconcileResponse, Error> {
     let unreachable = |reason: String| {
         Error::PluginAnswer(format!("cannot call the plugin at {address}: {reason}"))
@@ -96,6 +111,7 @@ async fn call(
         timeout: prost_types::Duration::try_from(args.timeout).ok(),
         // Rendered on this machine: no kplug authenticated anyone.
         caller: None,
+        observed_children: observed.to_vec(),
     });
     request.set_timeout(args.timeout);
     let operation = if args.finalize {

@@ -176,6 +176,10 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
             required_implementation: delegation.required_implementation.clone(),
             version_constraint: delegation.version_constraint.clone(),
             plugin: None,
+            // The operator applies no children yet: it sends none observed
+            // and allows none outside the object's namespace.
+            observed_children: Vec::new(),
+            child_scope: None,
         },
         status: None,
     })

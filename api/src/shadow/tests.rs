@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::v1alpha1::{ExtensionStatus, ReconcileResult, ResultCondition};
+use crate::v1alpha1::{DesiredChild, ExtensionStatus, ReconcileResult, ResultCondition};
 
 fn answer(success: bool, reasons: &[&str], object_status: Value) -> PluginAnswer {
     PluginAnswer {
@@ -146,6 +146,60 @@ fn extension_statuses_are_matched_by_reference() {
         ]
     );
     assert_eq!(found[0].shadow, None);
+}
+
+#[test]
+fn desired_children_compare_by_key_field_by_field() {
+    let deployment = |image: &str| DesiredChild {
+        key: "web".to_owned(),
+        object: json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                       "spec": {"template": {"spec": {"containers": [{"name": "httpd", "image": image}]}}}}),
+        ready: None,
+        wave: 1,
+    };
+    let config_map = DesiredChild {
+        key: "site".to_owned(),
+        object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"}}),
+        ready: Some(true),
+        wave: 0,
+    };
+    let mut primary = answer(true, &[], json!({}));
+    primary.desired_children = vec![config_map.clone(), deployment("busybox:1.36")];
+    let mut shadow = primary.clone();
+    // Another order alone is no difference.
+    shadow.desired_children.reverse();
+    assert_eq!(differences(&primary, &shadow), vec![]);
+    // Version 2 changes the image, drops the ConfigMap and adds a Service.
+    let service = DesiredChild {
+        key: "svc".to_owned(),
+        object: json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}),
+        ready: None,
+        wave: 1,
+    };
+    shadow.desired_children = vec![deployment("busybox:1.37"), service];
+    let found = differences(&primary, &shadow);
+    assert_eq!(
+        paths(&found),
+        [
+            "desiredChildren[site]",
+            "desiredChildren[svc]",
+            "desiredChildren[web].object.spec.template.spec.containers[0].image",
+        ]
+    );
+    assert_eq!(found[0].shadow, None);
+    assert_eq!(found[1].primary, None);
+    assert_eq!(
+        (found[2].primary.as_ref(), found[2].shadow.as_ref()),
+        (Some(&json!("busybox:1.36")), Some(&json!("busybox:1.37")))
+    );
+    // A verdict or a wave of its own differs too.
+    let mut waved = primary.clone();
+    waved.desired_children[0].ready = Some(false);
+    waved.desired_children[1].wave = 2;
+    assert_eq!(
+        paths(&differences(&primary, &waved)),
+        ["desiredChildren[site].ready", "desiredChildren[web].wave"]
+    );
 }
 
 #[test]

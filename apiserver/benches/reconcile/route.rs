@@ -208,6 +208,7 @@ impl Caller {
                         groups: vec!["system:masters".to_owned()],
                         extra: Default::default(),
                     }),
+                    ..ReconcileRequest::default()
                 });
                 request.set_timeout(RECONCILE_TIMEOUT);
                 let started = Instant::now();

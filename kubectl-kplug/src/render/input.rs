@@ -1,7 +1,10 @@
 //! What `kubectl kplug render` sends: every document of the `-f` files, in
 //! order, the first the object and the rest its extensions, each checked to
-//! be a Kubernetes object as kplug checks one before calling a plugin.
+//! be a Kubernetes object as kplug checks one before calling a plugin; and
+//! the observed children of the `--observed` files, each under the key the
+//! operator annotated it with.
 
+use kplug_api::children::KEY_ANNOTATION;
 use kplug_operator::extensions::type_name;
 use serde_json::Value;
 
@@ -20,6 +23,11 @@ pub enum InputError {
     #[error("{file}: no object in it (every document is empty)")]
     Empty { file: String },
     #[error(
+        "{file}, document {document}: no {KEY_ANNOTATION} annotation: an observed child is a \
+         child the operator applied, which it annotates with the child's key"
+    )]
+    NoKey { file: String, document: usize },
+    #[error(
         "{file}, document {document}: not a Kubernetes object: {reason}\n  every document must be an object with apiVersion, kind and metadata.name"
     )]
     NotAnObject {
@@ -33,35 +41,73 @@ pub enum InputError {
 pub fn objects(files: &[(String, String)]) -> Result<Objects, InputError> {
     let mut documents = Vec::new();
     for (file, text) in files {
-        let parsed: Vec<Value> =
-            serde_saphyr::from_multiple(text).map_err(|error| InputError::Unreadable {
+        for (document, object) in file_documents(file, text)? {
+            check(&object).map_err(|reason| InputError::NotAnObject {
                 file: file.clone(),
-                reason: error.to_string(),
-            })?;
-        // kubectl skips empty documents (a leading or trailing `---`).
-        let mut found = false;
-        for (index, document) in parsed.into_iter().enumerate() {
-            if document.is_null() {
-                continue;
-            }
-            check(&document).map_err(|reason| InputError::NotAnObject {
-                file: file.clone(),
-                document: index + 1,
+                document,
                 reason,
             })?;
-            documents.push(document.to_string().into_bytes());
-            found = true;
-        }
-        if !found {
-            return Err(InputError::Empty { file: file.clone() });
+            documents.push(object);
         }
     }
-    let mut documents = documents.into_iter();
+    let mut documents = documents.into_iter().map(|d| d.to_string().into_bytes());
     let object = documents.next().unwrap_or_default();
     Ok(Objects {
         object,
         extensions: documents.collect(),
     })
+}
+
+/// The observed children in `files`, by key, in order: each object, or
+/// each item of a `List` (what `kubectl get -o yaml` prints for several),
+/// with the key annotation the operator set on it.
+pub fn observed(files: &[(String, String)]) -> Result<Vec<(String, Vec<u8>)>, InputError> {
+    let mut children = Vec::new();
+    for (file, text) in files {
+        for (document, object) in file_documents(file, text)? {
+            let items = match object.get("items").and_then(Value::as_array) {
+                Some(items) if object["kind"] == "List" => items.clone(),
+                _ => vec![object],
+            };
+            for item in items {
+                check(&item).map_err(|reason| InputError::NotAnObject {
+                    file: file.clone(),
+                    document,
+                    reason,
+                })?;
+                let key = item["metadata"]["annotations"][KEY_ANNOTATION].as_str();
+                let key = key.ok_or_else(|| InputError::NoKey {
+                    file: file.clone(),
+                    document,
+                })?;
+                children.push((key.to_owned(), item.to_string().into_bytes()));
+            }
+        }
+    }
+    Ok(children)
+}
+
+/// The documents of one file with their numbers from 1; empty documents
+/// are skipped, as kubectl skips them (a leading or trailing `---`), and a
+/// file with none is refused.
+fn file_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputError> {
+    let parsed: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|error| InputError::Unreadable {
+            file: file.to_owned(),
+            reason: error.to_string(),
+        })?;
+    let mut documents = Vec::new();
+    for (index, document) in parsed.into_iter().enumerate() {
+        if !document.is_null() {
+            documents.push((index + 1, document));
+        }
+    }
+    if documents.is_empty() {
+        return Err(InputError::Empty {
+            file: file.to_owned(),
+        });
+    }
+    Ok(documents)
 }
 
 /// An object whose `apiVersion`, `kind` and `metadata.name` are non-empty
@@ -158,6 +204,35 @@ metadata: {name: b, namespace: shop}"#,
             let first_line = error.to_string();
             assert_eq!(first_line.lines().next(), Some(message), "{text}");
         }
+    }
+
+    #[test]
+    fn observed_children_are_read_by_their_key_annotation_from_objects_and_lists() {
+        let deployment = format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations: \
+             {{{KEY_ANNOTATION}: web}}\nstatus: {{availableReplicas: 1}}\n"
+        );
+        let list = format!(
+            "apiVersion: v1\nkind: List\nmetadata: {{resourceVersion: ''}}\nitems:\n- apiVersion: v1\n  \
+             kind: Service\n  metadata: {{name: web, annotations: {{{KEY_ANNOTATION}: svc}}}}\n"
+        );
+        let read = observed(&[file("d.yaml", &deployment), file("l.yaml", &list)]);
+        let read = read.expect("observed children");
+        let keys: Vec<&str> = read.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(keys, ["web", "svc"]);
+        let live: Value = serde_json::from_slice(&read[0].1).expect("JSON");
+        assert_eq!(live["status"]["availableReplicas"], 1);
+        let unkeyed = observed(&[file(
+            "u.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n",
+        )]);
+        assert_eq!(
+            unkeyed,
+            Err(InputError::NoKey {
+                file: "u.yaml".to_owned(),
+                document: 1
+            })
+        );
     }
 
     #[test]

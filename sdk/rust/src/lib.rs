@@ -209,6 +209,7 @@
 //! [`Heartbeater::start`] gives them the draining step of the shutdown
 //! order.
 
+mod children;
 mod config;
 mod error;
 pub mod heartbeat;
@@ -218,6 +219,7 @@ mod plugin;
 mod serve;
 mod signal;
 
+pub use children::{Child, ChildError};
 pub use config::{Config, DEFAULT_DRAIN_TIMEOUT, DEFAULT_LISTEN, parse_duration};
 pub use error::Error;
 pub use heartbeat::{Heartbeater, Status, default_instance};

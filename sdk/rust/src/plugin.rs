@@ -8,6 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::Child;
+
 /// A kplug plugin: reconciles the objects of its API and cleans up after them.
 ///
 /// Implement it with `async fn`; the futures must be `Send`, since calls run
@@ -86,6 +88,9 @@ pub struct Request {
     /// object and each extension): for an audit log, or to refuse callers
     /// the plugin does not expect. `None` from a kplug that predates it.
     pub caller: Option<Caller>,
+    /// The children earlier answers asked for, as the operator last
+    /// observed them, by key; see [`observed_child`](Self::observed_child).
+    pub observed_children: Vec<(String, Value)>,
 }
 
 /// A Kubernetes user, as kplug authenticated them: the `userInfo` an
@@ -121,6 +126,7 @@ impl Request {
             extensions: Vec::new(),
             deadline: None,
             caller: None,
+            observed_children: Vec::new(),
         }
     }
 
@@ -290,6 +296,9 @@ pub struct Outcome {
     pub extension_statuses: Vec<(ObjectRef, Value)>,
     /// Ask the caller to reconcile again after this long; `None` for never.
     pub requeue_after: Option<Duration>,
+    /// The Kubernetes objects that should exist for the object, all of
+    /// them; see [`Outcome::child`].
+    pub children: Vec<Child>,
 }
 
 impl Outcome {

@@ -247,6 +247,8 @@ fn embedded_objects_are_free_form() {
             ("ReconcileSpec", "/properties/extensions/items", true),
             ("ReconcileStatus", "/properties/objectStatus", false),
             ("ExtensionStatus", "/properties/status", false),
+            ("ObservedChild", "/properties/object", true),
+            ("DesiredChild", "/properties/object", true),
         ] {
             let at = format!("{defs}/{SCHEMA_PREFIX}{schema}{field}");
             let value = document.pointer(&at).unwrap();
@@ -281,8 +283,9 @@ fn embedded_objects_are_free_form() {
 #[test]
 fn reconcile_schema_follows_the_rust_types() {
     use crate::v1alpha1::{
-        ApiSelector, ExtensionStatus, ObjectRef, PluginRef, RawObject, ReconcileResult,
-        ReconcileSpec, ReconcileStatus, ResultCondition, Selection, SelectionReason,
+        ApiSelector, ChildScope, DesiredChild, ExtensionStatus, ObjectRef, ObservedChild,
+        PluginRef, RawObject, ReconcileResult, ReconcileSpec, ReconcileStatus, ResultCondition,
+        Selection, SelectionReason,
     };
 
     let raw =
@@ -313,6 +316,11 @@ fn reconcile_schema_follows_the_rust_types() {
             required_implementation: Some("Impl".into()),
             version_constraint: Some(">=1.4, <2".into()),
             plugin: Some("p".into()),
+            observed_children: vec![ObservedChild {
+                key: "web".into(),
+                object: raw(&object),
+            }],
+            child_scope: Some(ChildScope::Cluster),
         },
         status: Some(ReconcileStatus {
             plugin: PluginRef {
@@ -348,6 +356,12 @@ fn reconcile_schema_follows_the_rust_types() {
                 status: json!({ "ok": true }),
             }],
             requeue_after_seconds: Some(1.5),
+            desired_children: vec![DesiredChild {
+                key: "web".into(),
+                object: object.clone(),
+                ready: Some(true),
+                wave: 1,
+            }],
             operation_id: "id".into(),
             duration_milliseconds: 2.0,
         }),
@@ -420,6 +434,9 @@ fn reconcile_schema_follows_the_rust_types() {
         &mut seen,
     );
     assert!(seen.contains(&".status.extensionStatuses[].ref.namespace".to_owned()));
+    assert!(seen.contains(&".spec.observedChildren[].key".to_owned()));
+    assert!(seen.contains(&".spec.childScope".to_owned()));
+    assert!(seen.contains(&".status.desiredChildren[].wave".to_owned()));
     walk(
         schemas,
         root,

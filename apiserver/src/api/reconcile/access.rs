@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use kplug_api::access::{self, Right};
 
-use super::decode::{Names, Object, Spec};
+use super::decode::{self, Names, Object, Spec};
 use super::invalid;
 use crate::api::status::ApiError;
 use crate::auth::delegated::Delegated;
@@ -30,8 +30,8 @@ impl ObjectAccess {
         }
     }
 
-    /// `Ok` when `user` holds, on the object and on each extension of
-    /// `spec`, the right [`kplug_api::access`] names for `operation`. The
+    /// `Ok` when `user` holds, on the object, on each extension and on each
+    /// observed child of `spec`, the right [`kplug_api::access`] names for `operation`. The
     /// first object refused ends the check; its 403 names the object, the
     /// verb and the resource. `spec` was validated: every object has an
     /// apiVersion, a kind and a name.
@@ -54,6 +54,15 @@ impl ObjectAccess {
         for (i, extension) in spec.extensions.iter().enumerate() {
             let field = format!("spec.extensions[{i}]");
             self.check_one(user, &field, extension, access::ON_EXTENSION, None)
+                .await?;
+        }
+        for (i, child) in spec.observed_children.iter().enumerate() {
+            let field = format!("spec.observedChildren[{i}].object");
+            // Validated: it reads, with its head.
+            let Ok(object) = decode::stored_object(child.object.get().as_bytes()) else {
+                continue;
+            };
+            self.check_one(user, &field, &object, access::ON_OBSERVED_CHILD, None)
                 .await?;
         }
         Ok(())

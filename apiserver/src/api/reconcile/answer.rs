@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use kplug_api::answer;
+use kplug_api::children::Placement;
 use serde::Serialize;
 
-use super::decode::{Object, Request};
+use super::decode::{Request, Spec, Text};
 use crate::api::status::ApiError;
 use crate::proxy::Answered;
 use crate::v1alpha1::{API_VERSION, Plugin, PluginRef, Reconcile, ReconcileStatus, Selection};
@@ -18,16 +19,15 @@ use crate::v1alpha1::{API_VERSION, Plugin, PluginRef, Reconcile, ReconcileStatus
 /// typical status, so that the buffer is allocated once.
 const ANSWER_OVERHEAD: usize = 1024;
 
-/// The status from the plugin's reply to a request that sent `extensions`;
-/// an answer [`answer::checked`] refuses is the caller's `500`, naming the
-/// plugin.
+/// The status from the plugin's reply to a request for `spec`; an answer
+/// [`answer::checked`] refuses is the caller's `500`, naming the plugin.
 pub fn status(
     plugin: &Plugin,
     selection: Selection,
     operation_id: String,
     elapsed: Duration,
     answered: Answered,
-    extensions: &[Object<'_>],
+    spec: &Spec<'_>,
 ) -> Result<ReconcileStatus, ApiError> {
     let Answered {
         response,
@@ -35,7 +35,16 @@ pub fn status(
         version,
     } = answered;
     let name = plugin.name();
-    let answer = answer::checked(response, extensions.iter().map(|e| e.raw)).map_err(|error| {
+    let namespace = (spec.object.as_ref())
+        .and_then(|object| object.head.namespace)
+        .map(Text::value)
+        .unwrap_or_default();
+    let placement = Placement {
+        namespace: &namespace,
+        scope: spec.child_scope.unwrap_or_default(),
+    };
+    let sent = spec.extensions.iter().map(|e| e.raw);
+    let answer = answer::checked(response, sent, placement).map_err(|error| {
         tracing::warn!(plugin = name, %error, "the plugin's answer is refused");
         ApiError::Internal(format!("plugin {name} returned an invalid answer: {error}"))
     })?;
@@ -53,6 +62,7 @@ pub fn status(
         object_status: answer.object_status,
         extension_statuses: answer.extension_statuses,
         requeue_after_seconds: answer.requeue_after_seconds,
+        desired_children: answer.desired_children,
         operation_id,
         duration_milliseconds: elapsed.as_secs_f64() * 1000.0,
     })
@@ -145,6 +155,10 @@ pub fn body(request: &Request<'_>, status: &ReconcileStatus) -> Result<Vec<u8>, 
         )?;
         inner.optional("versionConstraint", spec.version_constraint.as_ref())?;
         inner.optional("plugin", spec.plugin.as_ref())?;
+        if !spec.observed_children.is_empty() {
+            inner.value("observedChildren", &spec.observed_children)?;
+        }
+        inner.optional("childScope", spec.child_scope.as_ref())?;
         inner.close();
     }
     fields.value("status", status)?;
@@ -178,6 +192,12 @@ mod tests {
             }],
             object_status: Some(serde_json::json!({"b": 1, "a": [null, 2.5]})),
             requeue_after_seconds: Some(1.5),
+            desired_children: vec![kplug_api::v1alpha1::DesiredChild {
+                key: "web".to_owned(),
+                object: serde_json::json!({"apiVersion": "v1", "kind": "Service"}),
+                ready: Some(false),
+                wave: 2,
+            }],
             operation_id: "0b0e2f3c-1a2b-4c5d-8e9f-a0b1c2d3e4f5".to_owned(),
             duration_milliseconds: 1.25,
             ..ReconcileStatus::default()
@@ -205,7 +225,9 @@ mod tests {
                     "spec":{"n":123456789012345678901234567890.000000000000000000001,"s":"\u00e9\n"}} ,
                   "extensions":[{"apiVersion":"v1","kind":"E","metadata":{"name":"e"}}, {"b":[1, 2]}],
                   "api":{"group":"g","resource":"r"},"preferredImplementation":"P",
-                  "requiredImplementation":"Q\"","plugin":"p"},
+                  "requiredImplementation":"Q\"","plugin":"p",
+                  "observedChildren":[{"key":"web","object":{"kind":"Deployment", "n":1.50}}],
+                  "childScope":"Cluster"},
                 "status":null,"colour":"blue"}"#,
             r#"{"spec":{"object":null,"extensions":[],"api":{"group":"g","resource":"r","version":"v2"}}}"#,
             r#"{"spec":{}}"#,

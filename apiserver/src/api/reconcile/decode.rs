@@ -21,7 +21,10 @@ use serde::Deserializer;
 use serde::de::{DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::scan::{Key, Reason, Scanner, SyntaxError};
-use crate::v1alpha1::{ApiSelector, Reconcile, ReconcileSpec, ReconcileStatus, StoredObjectRef};
+use crate::v1alpha1::{
+    ApiSelector, ChildScope, ObservedChild, Reconcile, ReconcileSpec, ReconcileStatus,
+    StoredObjectRef,
+};
 
 /// A decoded Reconcile request, borrowing the object and extensions from
 /// the body.
@@ -50,6 +53,10 @@ pub struct Spec<'a> {
     pub required_implementation: Option<String>,
     pub version_constraint: Option<String>,
     pub plugin: Option<String>,
+    /// Decoded by serde, copies: only operators that manage children send
+    /// them, and each is read again for its head when it is checked.
+    pub observed_children: Vec<ObservedChild>,
+    pub child_scope: Option<ChildScope>,
 }
 
 /// A JSON value meant to be a Kubernetes object, as it was sent.
@@ -140,6 +147,8 @@ impl Request<'_> {
                 required_implementation: spec.required_implementation.clone(),
                 version_constraint: spec.version_constraint.clone(),
                 plugin: spec.plugin.clone(),
+                observed_children: spec.observed_children.clone(),
+                child_scope: spec.child_scope,
             },
             unknown: self.unknown.clone(),
         }
@@ -251,6 +260,12 @@ fn read_spec<'a>(s: &mut Scanner<'a>, unknown: &mut Vec<String>) -> Result<Spec<
             }
             b"plugin" => {
                 spec.plugin = typed(s, 2)?;
+            }
+            b"observedChildren" => {
+                spec.observed_children = typed(s, 2)?;
+            }
+            b"childScope" => {
+                spec.child_scope = typed(s, 2)?;
             }
             other => {
                 unknown.push(String::from_utf8_lossy(other).into_owned());

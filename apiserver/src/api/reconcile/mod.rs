@@ -376,6 +376,14 @@ async fn reconcile(
         extensions: spec.extensions.iter().map(share).collect(),
         timeout: prost_types::Duration::try_from(timeout).ok(),
         caller: Some(user_info(user)),
+        observed_children: spec
+            .observed_children
+            .iter()
+            .map(|child| proto::ObservedChild {
+                key: child.key.clone(),
+                object: child.object.get().as_bytes().to_vec(),
+            })
+            .collect(),
     };
     let span = tracing::info_span!(
         "reconcile",
@@ -410,14 +418,7 @@ async fn reconcile(
             "reconciled"
         )
     });
-    let status = answer::status(
-        &plugin,
-        selection,
-        operation_id,
-        elapsed,
-        answer,
-        &spec.extensions,
-    )?;
+    let status = answer::status(&plugin, selection, operation_id, elapsed, answer, spec)?;
     let body = answer::body(request, &status)
         .map_err(|e| ApiError::Internal(format!("encoding the response: {e}")))?;
     if let Some(sampled) = sampled {
@@ -427,6 +428,7 @@ async fn reconcile(
             timeout,
             trace,
             status,
+            child_scope: spec.child_scope.unwrap_or_default(),
         };
         span.in_scope(|| {
             shadow::send(

@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kplug_api::answer::{self, PluginAnswer};
+use kplug_api::children::Placement;
 use kplug_api::shadow::{self, KEPT_FIELDS, ShadowDifference};
 use kplug_proto::trace::TraceParent;
 use kplug_proto::v1alpha1 as proto;
@@ -23,7 +24,7 @@ use tracing::Instrument;
 
 use crate::proxy::{Answered, Proxy};
 use crate::registry::{Comparison, Registry};
-use crate::v1alpha1::{ObjectRef, Operation, Plugin, ReconcileStatus};
+use crate::v1alpha1::{ChildScope, ObjectRef, Operation, Plugin, ReconcileStatus};
 
 /// The nice value of the shadow thread: copies yield the CPU to callers.
 const NICENESS: i32 = 10;
@@ -87,6 +88,8 @@ pub(super) struct Primary {
     pub trace: TraceParent,
     /// The caller's answer.
     pub status: ReconcileStatus,
+    /// Where the caller allows children: the shadow's are checked alike.
+    pub child_scope: ChildScope,
 }
 
 /// Sends the copy to a shadow on a task of its own, or records it skipped
@@ -135,8 +138,10 @@ async fn compare(
         timeout,
         trace,
         status,
+        child_scope,
     } = primary;
     let object = object_ref(&request.object);
+    let namespace = object.namespace.clone();
     let operation_id = request.operation_id.clone();
     let extensions = request.extensions.clone();
     let answered = proxy
@@ -168,7 +173,11 @@ async fn compare(
             version,
         }) => {
             let shadow = format!("{version} ({instance})");
-            match answer::checked(response, extensions.iter().map(|e| &e[..])) {
+            let placement = Placement {
+                namespace: &namespace,
+                scope: child_scope,
+            };
+            match answer::checked(response, extensions.iter().map(|e| &e[..]), placement) {
                 Err(error) => Comparison::Failed(ShadowDifference {
                     error: format!("the shadow's answer is refused: {error}"),
                     ..difference(shadow)
@@ -209,6 +218,7 @@ fn answer_of(status: ReconcileStatus) -> PluginAnswer {
         object_status: status.object_status,
         extension_statuses: status.extension_statuses,
         requeue_after_seconds: status.requeue_after_seconds,
+        desired_children: status.desired_children,
     }
 }
 

@@ -3,14 +3,16 @@
 //! and version range. Pure: the request in, a Status error or what it asks
 //! for out.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
+use kplug_api::children::{self, ChildError, MAX_CHILDREN};
 use kplug_api::reference::FieldPath;
 
 use super::decode::{self, Object, Request, Spec};
 use super::{ReconcileSettings, invalid};
 use crate::api::status::ApiError;
-use crate::v1alpha1::{API_VERSION, Operation, Reconcile, StoredObjectRef};
+use crate::v1alpha1::{API_VERSION, ObservedChild, Operation, Reconcile, StoredObjectRef};
 use crate::version::VersionConstraint;
 
 /// Checks that `value` is a Kubernetes object with apiVersion, kind and a name.
@@ -33,6 +35,30 @@ fn check_object(field: &str, value: Option<&Object<'_>>) -> Result<(), ApiError>
     }
     if head.name.is_none() {
         return Err(invalid(&format!("{field}.metadata.name"), "Required value"));
+    }
+    Ok(())
+}
+
+/// Checks the observed children: at most [`MAX_CHILDREN`], each a
+/// Kubernetes object under its own valid key.
+fn check_observed(observed: &[ObservedChild]) -> Result<(), ApiError> {
+    if observed.len() > MAX_CHILDREN {
+        return Err(invalid(
+            "spec.observedChildren",
+            format!(
+                "Too many: {}: must have at most {MAX_CHILDREN} items",
+                observed.len()
+            ),
+        ));
+    }
+    let refused = |e: ChildError| invalid(&e.field, e.problem.to_string());
+    let mut keys = HashSet::with_capacity(observed.len());
+    for (i, child) in observed.iter().enumerate() {
+        let field = format!("spec.observedChildren[{i}]");
+        children::key(&format!("{field}.key"), &child.key, &mut keys).map_err(refused)?;
+        // Valid JSON already, as serde read it.
+        let object = decode::stored_object(child.object.get().as_bytes()).ok();
+        check_object(&format!("{field}.object"), object.as_ref())?;
     }
     Ok(())
 }
@@ -241,6 +267,7 @@ pub(super) fn validate(
     for (i, extension) in spec.extensions.iter().enumerate() {
         check_object(&format!("spec.extensions[{i}]"), Some(extension))?;
     }
+    check_observed(&spec.observed_children)?;
     let max = settings.max_timeout.as_secs();
     let timeout = match spec.timeout_seconds {
         None => Ok(settings.default_timeout),
@@ -428,5 +455,63 @@ mod tests {
             "Invalid value: \"team-b\": must be \"team-a\", the namespace of the request"
         );
         assert!(check(widget_ref(json!({"namespace": "team-a"})), Some("team-a")).is_ok());
+    }
+
+    #[test]
+    fn observed_children_are_objects_under_unique_keys() {
+        let object =
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}});
+        let deployment =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        let observed = |children: Value| json!({"object": object, "observedChildren": children});
+        let valid = observed(json!([{"key": "web", "object": deployment}]));
+        assert!(check(valid, None).is_ok());
+        for (children, field, message) in [
+            (
+                json!([{"key": "", "object": deployment}]),
+                "spec.observedChildren[0].key",
+                "Required value".to_owned(),
+            ),
+            (
+                json!([{"key": "Web", "object": deployment}]),
+                "spec.observedChildren[0].key",
+                "Invalid value: \"Web\": a lowercase RFC 1123 label must consist of lower case \
+                 alphanumeric characters or '-', and must start and end with an alphanumeric \
+                 character (e.g. 'my-name', or '123-abc')"
+                    .to_owned(),
+            ),
+            (
+                json!([{"key": "web", "object": deployment}, {"key": "web", "object": deployment}]),
+                "spec.observedChildren[1].key",
+                "Duplicate value: \"web\"".to_owned(),
+            ),
+            (
+                json!([{"key": "web", "object": {"apiVersion": "v1", "metadata": {"name": "a"}}}]),
+                "spec.observedChildren[0].object.kind",
+                "Required value".to_owned(),
+            ),
+            (
+                json!([{"key": "web", "object": [1]}]),
+                "spec.observedChildren[0].object",
+                "Required value: a Kubernetes object".to_owned(),
+            ),
+            (
+                Value::Array(
+                    (0..=MAX_CHILDREN)
+                        .map(|i| json!({"key": format!("c{i}"), "object": deployment}))
+                        .collect(),
+                ),
+                "spec.observedChildren",
+                format!(
+                    "Too many: {}: must have at most {MAX_CHILDREN} items",
+                    MAX_CHILDREN + 1
+                ),
+            ),
+        ] {
+            assert_eq!(
+                refusal(observed(children), None),
+                (field.to_owned(), message)
+            );
+        }
     }
 }

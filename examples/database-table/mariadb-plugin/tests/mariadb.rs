@@ -130,6 +130,7 @@ fn request(object: &Value, extension: Option<&Value>, dry_run: bool) -> Reconcil
             .collect(),
         timeout: Some(Duration::from_secs(30).try_into().unwrap()),
         caller: None,
+        ..ReconcileRequest::default()
     }
 }
 

@@ -20,6 +20,15 @@ pub(super) fn decode(
         .enumerate()
         .map(|(i, bytes)| json_object(&format!("extensions[{i}]"), bytes))
         .collect::<Result<_, _>>()?;
+    let observed_children = message
+        .observed_children
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            let object = json_object(&format!("observedChildren[{i}].object"), &child.object)?;
+            Ok((child.key, object))
+        })
+        .collect::<Result<_, tonic::Status>>()?;
     Ok(Request {
         operation_id: message.operation_id,
         trace_parent: None,
@@ -36,6 +45,7 @@ pub(super) fn decode(
                 .map(|(key, value)| (key, value.values))
                 .collect(),
         }),
+        observed_children,
     })
 }
 
@@ -91,6 +101,23 @@ pub(super) fn encode(outcome: Outcome) -> Result<proto::ReconcileResponse, tonic
             })
         })
         .collect::<Result<_, tonic::Status>>()?;
+    let desired_children = outcome
+        .children
+        .iter()
+        .map(|child| {
+            Ok(proto::DesiredChild {
+                key: child.key.clone(),
+                object: json(&child.object)?,
+                ready: match child.ready {
+                    None => proto::Readiness::Unspecified,
+                    Some(true) => proto::Readiness::Ready,
+                    Some(false) => proto::Readiness::NotReady,
+                }
+                .into(),
+                wave: child.wave,
+            })
+        })
+        .collect::<Result<_, tonic::Status>>()?;
     Ok(proto::ReconcileResponse {
         success: outcome.success,
         results: outcome
@@ -129,6 +156,7 @@ pub(super) fn encode(outcome: Outcome) -> Result<proto::ReconcileResponse, tonic
         requeue_after: outcome
             .requeue_after
             .and_then(|after| prost_types::Duration::try_from(after).ok()),
+        desired_children,
     })
 }
 
@@ -161,6 +189,58 @@ mod tests {
         assert_eq!(
             status.message(),
             "extensions[1] must be a JSON object, not a number"
+        );
+    }
+
+    #[test]
+    fn children_cross_the_wire_both_ways() {
+        let message = proto::ReconcileRequest {
+            object: b"{}".to_vec().into(),
+            observed_children: vec![proto::ObservedChild {
+                key: "web".to_owned(),
+                object: br#"{"kind":"Deployment","status":{"replicas":1}}"#.to_vec(),
+            }],
+            ..Default::default()
+        };
+        let request = decode(message, None).expect("a valid request");
+        assert_eq!(
+            request.observed_child("web"),
+            Some(&serde_json::json!({"kind": "Deployment", "status": {"replicas": 1}}))
+        );
+        let bad = proto::ReconcileRequest {
+            object: b"{}".to_vec().into(),
+            observed_children: vec![proto::ObservedChild {
+                key: "web".to_owned(),
+                object: b"[]".to_vec(),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            decode(bad, None).unwrap_err().message(),
+            "observedChildren[0].object must be a JSON object, not an array"
+        );
+        let outcome = Outcome::success()
+            .child(crate::Child::new(
+                "site",
+                serde_json::json!({"kind": "ConfigMap"}),
+            ))
+            .child(
+                crate::Child::new("web", serde_json::json!({}))
+                    .ready(true)
+                    .wave(2),
+            );
+        let response = encode(outcome).expect("encodes");
+        let sent: Vec<_> = response
+            .desired_children
+            .iter()
+            .map(|c| (c.key.as_str(), c.object.as_slice(), c.ready, c.wave))
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                ("site", &br#"{"kind":"ConfigMap"}"#[..], 0, 0),
+                ("web", &b"{}"[..], proto::Readiness::Ready as i32, 2),
+            ]
         );
     }
 
