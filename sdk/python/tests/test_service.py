@@ -133,6 +133,43 @@ def test_the_caller_reaches_the_plugin(serve: Serve, client_for: ClientFor) -> N
     assert untold.caller is None
 
 
+def test_children_cross_the_wire_both_ways(serve: Serve, client_for: ClientFor) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+
+    def respond(req: kplug.Request) -> kplug.Outcome:
+        live = req.observed_child("web") or {}
+        available = (live.get("status") or {}).get("availableReplicas", 0) > 0
+        return (
+            kplug.Outcome.success()
+            .add_child("site", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"}})
+            .add_child("web", deployment, ready=available, wave=1)
+        )
+
+    plugin = Recorder(respond)
+    client = client_for(serve(plugin))
+    message = request(TRICKY_OBJECT)
+    message.observed_children.add(key="web", object=b'{"kind":"Deployment","status":{"availableReplicas":2}}')
+    raw = client.stub.Reconcile(message, timeout=10)
+    assert [(c.key, c.ready, c.wave) for c in raw.desired_children] == [
+        ("site", plugin_pb2.READINESS_UNSPECIFIED, 0),
+        ("web", plugin_pb2.READINESS_READY, 1),
+    ]
+    assert raw.desired_children[1].object == b'{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"}}'
+    assert plugin.requests[0].observed_children == {"web": {"kind": "Deployment", "status": {"availableReplicas": 2}}}
+
+    # Nothing observed: the verdict follows, and the client reads it back.
+    outcome = client.reconcile(TRICKY_OBJECT)
+    assert outcome.child("web") == kplug.Child("web", deployment, ready=False, wave=1)
+    assert plugin.requests[1].observed_child("web") is None
+
+    bad = request(TRICKY_OBJECT)
+    bad.observed_children.add(key="web", object=b"[1]")
+    with pytest.raises(grpc.RpcError) as error:
+        client.call(kplug.Operation.RECONCILE, bad)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "observedChildren[0].object must be a JSON object" in (error.value.details() or "")
+
+
 def test_deadline_is_the_earlier_of_timeout_and_grpc_deadline(serve: Serve, client_for: ClientFor) -> None:
     remaining: list[float | None] = []
 

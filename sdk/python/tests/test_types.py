@@ -104,6 +104,19 @@ def test_outcome_builders_chain_and_replace() -> None:
     assert outcome.extension_status(POSTGRES_EXTENSION) == {"partitions": 4}
 
 
+def test_children_replace_by_key_and_keep_their_verdict_and_wave() -> None:
+    site = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"}}
+    outcome = kplug.Outcome.success().add_child("site", site).add_child("web", {}, ready=True, wave=2)
+    outcome.add_child("site", {**site, "data": {"a": "1"}})
+    assert [c.key for c in outcome.children] == ["web", "site"]
+    assert outcome.child("site") == kplug.Child("site", {**site, "data": {"a": "1"}})
+    assert outcome.child("web") == kplug.Child("web", {}, ready=True, wave=2)
+    assert outcome.child("gone") is None
+    request = kplug.Request(kplug.Operation.RECONCILE, "op", False, {}, observed_children={"web": {"kind": "X"}})
+    assert request.observed_child("web") == {"kind": "X"}
+    assert request.observed_child("site") is None
+
+
 def test_condition_status_is_checked() -> None:
     with pytest.raises(ValueError, match="True"):
         kplug.Condition("Synced", "yes")

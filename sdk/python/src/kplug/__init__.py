@@ -50,12 +50,24 @@ from kplug.plugin import ApiRef, Extension, Plugin
 from kplug.runner import run
 from kplug.server import SDK, ServeError, Server, serve
 from kplug.trace import TraceParent
-from kplug.types import Caller, Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
+from kplug.types import (
+    Caller,
+    Child,
+    Condition,
+    JsonObject,
+    ObjectRef,
+    Operation,
+    Outcome,
+    Request,
+    Result,
+    Severity,
+)
 
 __all__ = [
     "SDK",
     "ApiRef",
     "Caller",
+    "Child",
     "Condition",
     "Config",
     "Extension",

@@ -10,7 +10,18 @@ from typing import Any
 from google.protobuf import duration_pb2
 
 from kplug.proto import plugin_pb2
-from kplug.types import Caller, Condition, JsonObject, ObjectRef, Operation, Outcome, Request, Result, Severity
+from kplug.types import (
+    Caller,
+    Child,
+    Condition,
+    JsonObject,
+    ObjectRef,
+    Operation,
+    Outcome,
+    Request,
+    Result,
+    Severity,
+)
 
 _SEVERITIES = {
     Severity.NORMAL: plugin_pb2.SEVERITY_NORMAL,
@@ -18,6 +29,12 @@ _SEVERITIES = {
     Severity.ERROR: plugin_pb2.SEVERITY_ERROR,
 }
 _SEVERITY_NAMES = {number: severity for severity, number in _SEVERITIES.items()}
+_READINESS = {
+    None: plugin_pb2.READINESS_UNSPECIFIED,
+    True: plugin_pb2.READINESS_READY,
+    False: plugin_pb2.READINESS_NOT_READY,
+}
+_READINESS_VERDICTS = {number: verdict for verdict, number in _READINESS.items()}
 
 
 class InvalidRequestError(ValueError):
@@ -48,6 +65,10 @@ def decode_request(
         deadline=time.monotonic() + min(budgets) if budgets else None,
         traceparent=traceparent,
         caller=decode_caller(message.caller) if message.HasField("caller") else None,
+        observed_children={
+            child.key: decode_json_object(child.object, f"observedChildren[{i}].object")
+            for i, child in enumerate(message.observed_children)
+        },
     )
 
 
@@ -110,6 +131,15 @@ def encode_outcome(outcome: Outcome) -> plugin_pb2.ReconcileResponse:
             )
             for ref, status in outcome.extension_statuses
         ],
+        desired_children=[
+            plugin_pb2.DesiredChild(
+                key=child.key,
+                object=encode_json(child.object, f"child {child.key!r}"),
+                ready=_READINESS[child.ready],
+                wave=child.wave,
+            )
+            for child in outcome.children
+        ],
     )
     if outcome.object_status is not None:
         response.object_status = encode_json(outcome.object_status, "object_status")
@@ -135,6 +165,10 @@ def decode_outcome(response: plugin_pb2.ReconcileResponse) -> Outcome:
             for s in response.extension_statuses
         ],
         requeue_after=duration_seconds(response.requeue_after) if response.HasField("requeue_after") else None,
+        children=[
+            Child(c.key, json.loads(c.object), _READINESS_VERDICTS.get(c.ready), c.wave)
+            for c in response.desired_children
+        ],
     )
 
 

@@ -94,6 +94,9 @@ class Request:
     traceparent: str | None = None
     #: Who asked kplug for the call; ``None`` from a kplug that predates it.
     caller: Caller | None = None
+    #: The children earlier answers asked for, as the operator last observed
+    #: them (the live objects, status included), by key.
+    observed_children: Mapping[str, JsonObject] = field(default_factory=dict)
 
     @property
     def trace_id(self) -> str | None:
@@ -127,6 +130,10 @@ class Request:
             if extension.get("kind") == kind and api_version in (None, extension.get("apiVersion")):
                 return extension
         return None
+
+    def observed_child(self, key: str) -> JsonObject | None:
+        """The child the operator observed under ``key`` (see :class:`Child`), or ``None``."""
+        return self.observed_children.get(key)
 
     def time_remaining(self) -> float | None:
         """Seconds left until :attr:`deadline` (never negative), or ``None`` for no deadline."""
@@ -163,6 +170,32 @@ class Condition:
             raise ValueError(f"condition status must be one of {CONDITION_STATUSES}, not {self.status!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A Kubernetes object the plugin wants to exist for the object it reconciles.
+
+    The operator applies it with server-side apply, ties it to the object
+    with an owner reference, and removes it once an answer no longer returns
+    it. ``object`` is *apply intent*: ``apiVersion``, ``kind``,
+    ``metadata.name`` and only the fields the plugin cares about, every time.
+    A field the plugin stops returning is removed from the child; a field
+    someone else set and the plugin never returns stays theirs. No
+    ``metadata.ownerReferences`` or ``metadata.managedFields``.
+    """
+
+    #: Names the child from one answer to the next: a DNS-1123 label, unique
+    #: in the answer. The observed child comes back under it.
+    key: str
+    object: JsonObject
+    #: The plugin's verdict on whether the child is ready; ``None`` leaves it
+    #: to the operator's rule (rolled out for workloads, complete for Jobs, a
+    #: ``Ready`` or ``Available`` condition where there is one, else exists).
+    ready: bool | None = None
+    #: Applied once every child of a lower wave is ready; removed, on
+    #: deletion, once every child of a higher wave is gone.
+    wave: int = 0
+
+
 @dataclass(slots=True)
 class Outcome:
     """A plugin's answer to a :class:`Request`.
@@ -186,6 +219,8 @@ class Outcome:
     extension_statuses: list[tuple[ObjectRef, JsonObject]] = field(default_factory=list)
     #: Ask to be called again after this many seconds; ``None`` for never.
     requeue_after: float | None = None
+    #: The Kubernetes objects that should exist for the object, all of them.
+    children: list[Child] = field(default_factory=list)
 
     @classmethod
     def success(
@@ -235,6 +270,19 @@ class Outcome:
         self.extension_statuses = [(r, s) for r, s in self.extension_statuses if r != ref]
         self.extension_statuses.append((ref, dict(status)))
         return self
+
+    def add_child(self, key: str, obj: Mapping[str, Any], *, ready: bool | None = None, wave: int = 0) -> Self:
+        """Adds the child ``key`` (see :class:`Child`), replacing an earlier one of that key.
+
+        Return every child on every answer: one left out is removed.
+        """
+        self.children = [c for c in self.children if c.key != key]
+        self.children.append(Child(key, dict(obj), ready, wave))
+        return self
+
+    def child(self, key: str) -> Child | None:
+        """The child added under ``key``, or ``None``."""
+        return next((c for c in self.children if c.key == key), None)
 
     def extension_status(self, extension: Mapping[str, Any] | ObjectRef) -> JsonObject | None:
         """The status set for a linked extension, or ``None``."""

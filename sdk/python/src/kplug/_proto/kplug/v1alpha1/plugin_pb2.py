@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkplug/v1alpha1/plugin.proto\x12\x0ekplug.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\"\xb3\x01\n\x10ReconcileRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x0e\n\x06object\x18\x03 \x01(\x0c\x12\x12\n\nextensions\x18\x04 \x03(\x0c\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06\x63\x61ller\x18\x06 \x01(\x0b\x32\x18.kplug.v1alpha1.UserInfo\"\xaa\x01\n\x08UserInfo\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x0e\n\x06groups\x18\x02 \x03(\t\x12\x32\n\x05\x65xtra\x18\x03 \x03(\x0b\x32#.kplug.v1alpha1.UserInfo.ExtraEntry\x1aH\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.kplug.v1alpha1.ExtraValue:\x02\x38\x01\"\x1c\n\nExtraValue\x12\x0e\n\x06values\x18\x01 \x03(\t\"\x82\x02\n\x11ReconcileResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\'\n\x07results\x18\x02 \x03(\x0b\x32\x16.kplug.v1alpha1.Result\x12-\n\nconditions\x18\x03 \x03(\x0b\x32\x19.kplug.v1alpha1.Condition\x12\x15\n\robject_status\x18\x04 \x01(\x0c\x12;\n\x12\x65xtension_statuses\x18\x05 \x03(\x0b\x32\x1f.kplug.v1alpha1.ExtensionStatus\x12\x30\n\rrequeue_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"U\n\x06Result\x12*\n\x08severity\x18\x01 \x01(\x0e\x32\x18.kplug.v1alpha1.Severity\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"J\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"U\n\x0fObjectReference\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\"O\n\x0f\x45xtensionStatus\x12,\n\x03ref\x18\x01 \x01(\x0b\x32\x1f.kplug.v1alpha1.ObjectReference\x12\x0e\n\x06status\x18\x02 \x01(\x0c*c\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x13\n\x0fSEVERITY_NORMAL\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x12\n\x0eSEVERITY_ERROR\x10\x03\x32\xab\x01\n\x06Plugin\x12P\n\tReconcile\x12 .kplug.v1alpha1.ReconcileRequest\x1a!.kplug.v1alpha1.ReconcileResponse\x12O\n\x08\x46inalize\x12 .kplug.v1alpha1.ReconcileRequest\x1a!.kplug.v1alpha1.ReconcileResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkplug/v1alpha1/plugin.proto\x12\x0ekplug.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\"\xed\x01\n\x10ReconcileRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x0e\n\x06object\x18\x03 \x01(\x0c\x12\x12\n\nextensions\x18\x04 \x03(\x0c\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06\x63\x61ller\x18\x06 \x01(\x0b\x32\x18.kplug.v1alpha1.UserInfo\x12\x38\n\x11observed_children\x18\x07 \x03(\x0b\x32\x1d.kplug.v1alpha1.ObservedChild\",\n\rObservedChild\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06object\x18\x02 \x01(\x0c\"\xaa\x01\n\x08UserInfo\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x0e\n\x06groups\x18\x02 \x03(\t\x12\x32\n\x05\x65xtra\x18\x03 \x03(\x0b\x32#.kplug.v1alpha1.UserInfo.ExtraEntry\x1aH\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.kplug.v1alpha1.ExtraValue:\x02\x38\x01\"\x1c\n\nExtraValue\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xba\x02\n\x11ReconcileResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\'\n\x07results\x18\x02 \x03(\x0b\x32\x16.kplug.v1alpha1.Result\x12-\n\nconditions\x18\x03 \x03(\x0b\x32\x19.kplug.v1alpha1.Condition\x12\x15\n\robject_status\x18\x04 \x01(\x0c\x12;\n\x12\x65xtension_statuses\x18\x05 \x03(\x0b\x32\x1f.kplug.v1alpha1.ExtensionStatus\x12\x30\n\rrequeue_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x36\n\x10\x64\x65sired_children\x18\x07 \x03(\x0b\x32\x1c.kplug.v1alpha1.DesiredChild\"c\n\x0c\x44\x65siredChild\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06object\x18\x02 \x01(\x0c\x12(\n\x05ready\x18\x03 \x01(\x0e\x32\x19.kplug.v1alpha1.Readiness\x12\x0c\n\x04wave\x18\x04 \x01(\x05\"U\n\x06Result\x12*\n\x08severity\x18\x01 \x01(\x0e\x32\x18.kplug.v1alpha1.Severity\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"J\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"U\n\x0fObjectReference\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\"O\n\x0f\x45xtensionStatus\x12,\n\x03ref\x18\x01 \x01(\x0b\x32\x1f.kplug.v1alpha1.ObjectReference\x12\x0e\n\x06status\x18\x02 \x01(\x0c*T\n\tReadiness\x12\x19\n\x15READINESS_UNSPECIFIED\x10\x00\x12\x13\n\x0fREADINESS_READY\x10\x01\x12\x17\n\x13READINESS_NOT_READY\x10\x02*c\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x13\n\x0fSEVERITY_NORMAL\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x12\n\x0eSEVERITY_ERROR\x10\x03\x32\xab\x01\n\x06Plugin\x12P\n\tReconcile\x12 .kplug.v1alpha1.ReconcileRequest\x1a!.kplug.v1alpha1.ReconcileResponse\x12O\n\x08\x46inalize\x12 .kplug.v1alpha1.ReconcileRequest\x1a!.kplug.v1alpha1.ReconcileResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,26 +34,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_USERINFO_EXTRAENTRY']._loaded_options = None
   _globals['_USERINFO_EXTRAENTRY']._serialized_options = b'8\001'
-  _globals['_SEVERITY']._serialized_start=1056
-  _globals['_SEVERITY']._serialized_end=1155
+  _globals['_READINESS']._serialized_start=1317
+  _globals['_READINESS']._serialized_end=1401
+  _globals['_SEVERITY']._serialized_start=1403
+  _globals['_SEVERITY']._serialized_end=1502
   _globals['_RECONCILEREQUEST']._serialized_start=80
-  _globals['_RECONCILEREQUEST']._serialized_end=259
-  _globals['_USERINFO']._serialized_start=262
-  _globals['_USERINFO']._serialized_end=432
-  _globals['_USERINFO_EXTRAENTRY']._serialized_start=360
-  _globals['_USERINFO_EXTRAENTRY']._serialized_end=432
-  _globals['_EXTRAVALUE']._serialized_start=434
-  _globals['_EXTRAVALUE']._serialized_end=462
-  _globals['_RECONCILERESPONSE']._serialized_start=465
-  _globals['_RECONCILERESPONSE']._serialized_end=723
-  _globals['_RESULT']._serialized_start=725
-  _globals['_RESULT']._serialized_end=810
-  _globals['_CONDITION']._serialized_start=812
-  _globals['_CONDITION']._serialized_end=886
-  _globals['_OBJECTREFERENCE']._serialized_start=888
-  _globals['_OBJECTREFERENCE']._serialized_end=973
-  _globals['_EXTENSIONSTATUS']._serialized_start=975
-  _globals['_EXTENSIONSTATUS']._serialized_end=1054
-  _globals['_PLUGIN']._serialized_start=1158
-  _globals['_PLUGIN']._serialized_end=1329
+  _globals['_RECONCILEREQUEST']._serialized_end=317
+  _globals['_OBSERVEDCHILD']._serialized_start=319
+  _globals['_OBSERVEDCHILD']._serialized_end=363
+  _globals['_USERINFO']._serialized_start=366
+  _globals['_USERINFO']._serialized_end=536
+  _globals['_USERINFO_EXTRAENTRY']._serialized_start=464
+  _globals['_USERINFO_EXTRAENTRY']._serialized_end=536
+  _globals['_EXTRAVALUE']._serialized_start=538
+  _globals['_EXTRAVALUE']._serialized_end=566
+  _globals['_RECONCILERESPONSE']._serialized_start=569
+  _globals['_RECONCILERESPONSE']._serialized_end=883
+  _globals['_DESIREDCHILD']._serialized_start=885
+  _globals['_DESIREDCHILD']._serialized_end=984
+  _globals['_RESULT']._serialized_start=986
+  _globals['_RESULT']._serialized_end=1071
+  _globals['_CONDITION']._serialized_start=1073
+  _globals['_CONDITION']._serialized_end=1147
+  _globals['_OBJECTREFERENCE']._serialized_start=1149
+  _globals['_OBJECTREFERENCE']._serialized_end=1234
+  _globals['_EXTENSIONSTATUS']._serialized_start=1236
+  _globals['_EXTENSIONSTATUS']._serialized_end=1315
+  _globals['_PLUGIN']._serialized_start=1505
+  _globals['_PLUGIN']._serialized_end=1676
 # @@protoc_insertion_point(module_scope)

@@ -10,32 +10,51 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Readiness(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READINESS_UNSPECIFIED: _ClassVar[Readiness]
+    READINESS_READY: _ClassVar[Readiness]
+    READINESS_NOT_READY: _ClassVar[Readiness]
+
 class Severity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SEVERITY_UNSPECIFIED: _ClassVar[Severity]
     SEVERITY_NORMAL: _ClassVar[Severity]
     SEVERITY_WARNING: _ClassVar[Severity]
     SEVERITY_ERROR: _ClassVar[Severity]
+READINESS_UNSPECIFIED: Readiness
+READINESS_READY: Readiness
+READINESS_NOT_READY: Readiness
 SEVERITY_UNSPECIFIED: Severity
 SEVERITY_NORMAL: Severity
 SEVERITY_WARNING: Severity
 SEVERITY_ERROR: Severity
 
 class ReconcileRequest(_message.Message):
-    __slots__ = ("operation_id", "dry_run", "object", "extensions", "timeout", "caller")
+    __slots__ = ("operation_id", "dry_run", "object", "extensions", "timeout", "caller", "observed_children")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     EXTENSIONS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     operation_id: str
     dry_run: bool
     object: bytes
     extensions: _containers.RepeatedScalarFieldContainer[bytes]
     timeout: _duration_pb2.Duration
     caller: UserInfo
-    def __init__(self, operation_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., object: _Optional[bytes] = ..., extensions: _Optional[_Iterable[bytes]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., caller: _Optional[_Union[UserInfo, _Mapping]] = ...) -> None: ...
+    observed_children: _containers.RepeatedCompositeFieldContainer[ObservedChild]
+    def __init__(self, operation_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., object: _Optional[bytes] = ..., extensions: _Optional[_Iterable[bytes]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., caller: _Optional[_Union[UserInfo, _Mapping]] = ..., observed_children: _Optional[_Iterable[_Union[ObservedChild, _Mapping]]] = ...) -> None: ...
+
+class ObservedChild(_message.Message):
+    __slots__ = ("key", "object")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    object: bytes
+    def __init__(self, key: _Optional[str] = ..., object: _Optional[bytes] = ...) -> None: ...
 
 class UserInfo(_message.Message):
     __slots__ = ("username", "groups", "extra")
@@ -61,20 +80,34 @@ class ExtraValue(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReconcileResponse(_message.Message):
-    __slots__ = ("success", "results", "conditions", "object_status", "extension_statuses", "requeue_after")
+    __slots__ = ("success", "results", "conditions", "object_status", "extension_statuses", "requeue_after", "desired_children")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     OBJECT_STATUS_FIELD_NUMBER: _ClassVar[int]
     EXTENSION_STATUSES_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     success: bool
     results: _containers.RepeatedCompositeFieldContainer[Result]
     conditions: _containers.RepeatedCompositeFieldContainer[Condition]
     object_status: bytes
     extension_statuses: _containers.RepeatedCompositeFieldContainer[ExtensionStatus]
     requeue_after: _duration_pb2.Duration
-    def __init__(self, success: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., object_status: _Optional[bytes] = ..., extension_statuses: _Optional[_Iterable[_Union[ExtensionStatus, _Mapping]]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    desired_children: _containers.RepeatedCompositeFieldContainer[DesiredChild]
+    def __init__(self, success: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., object_status: _Optional[bytes] = ..., extension_statuses: _Optional[_Iterable[_Union[ExtensionStatus, _Mapping]]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., desired_children: _Optional[_Iterable[_Union[DesiredChild, _Mapping]]] = ...) -> None: ...
+
+class DesiredChild(_message.Message):
+    __slots__ = ("key", "object", "ready", "wave")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    WAVE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    object: bytes
+    ready: Readiness
+    wave: int
+    def __init__(self, key: _Optional[str] = ..., object: _Optional[bytes] = ..., ready: _Optional[_Union[Readiness, str]] = ..., wave: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ("severity", "reason", "message")
