@@ -1,6 +1,7 @@
 //! `kubectl kplug render` through the real kubectl, with no control plane
-//! and no kplug: the Rust and Python hello plugins and the PostgreSQL
-//! plugin against a real PostgreSQL, and what goes wrong said clearly.
+//! and no kplug: the Rust and Python hello plugins, the PostgreSQL plugin
+//! against a real PostgreSQL, the website plugin's children fed with what
+//! the operator observed, and what goes wrong said clearly.
 
 mod support;
 
@@ -132,6 +133,75 @@ fn the_rust_and_python_hello_plugins_answer_without_a_cluster() {
     assert!(
         stderr.contains("error: the plugin reported a failure: Unwell: "),
         "{stderr}"
+    );
+}
+
+#[test]
+fn the_website_plugin_s_children_render_with_the_observed_ones() {
+    let render = Render::new();
+    let site = render.file(
+        "site.yaml",
+        &std::fs::read_to_string(repo_root().join("examples/website/site.yaml"))
+            .expect("the example site"),
+    );
+    let plugin = workspace_binary("website-plugin");
+    let answer = outcome(&render.run(&["-f", path(&site), "--", path(&plugin)]), 0);
+    let children: Vec<(&str, &str, i64)> = answer["desiredChildren"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no children: {answer}"))
+        .iter()
+        .map(|c| {
+            let kind = c["object"]["kind"].as_str().unwrap_or_default();
+            (
+                c["key"].as_str().unwrap_or_default(),
+                kind,
+                c["wave"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        children,
+        [
+            ("pages", "ConfigMap", 0),
+            ("web", "Deployment", 1),
+            ("service", "Service", 1)
+        ]
+    );
+    assert_eq!(answer["objectStatus"]["availableReplicas"], 0, "{answer}");
+
+    // The Deployment as `kubectl get -o yaml` would print it, in a List,
+    // with the key the operator annotates its children with.
+    let observed = render.file(
+        "observed.yaml",
+        "apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n\
+         - apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: hello\n    \
+         namespace: default\n    annotations: {plugins.kplug.io/child-key: web}\n  \
+         status: {availableReplicas: 1}\n",
+    );
+    let args = [
+        "-f",
+        path(&site),
+        "--observed",
+        path(&observed),
+        "--",
+        path(&plugin),
+    ];
+    let answer = outcome(&render.run(&args), 0);
+    assert_eq!(answer["objectStatus"]["availableReplicas"], 1, "{answer}");
+
+    // An observed object the operator did not annotate names no child.
+    let unkeyed = render.file("unkeyed.yaml", GREETING);
+    let args = [
+        "-f",
+        path(&site),
+        "--observed",
+        path(&unkeyed),
+        "--",
+        path(&plugin),
+    ];
+    assert!(
+        error(&render.run(&args))
+            .contains("unkeyed.yaml, document 1: no plugins.kplug.io/child-key annotation"),
     );
 }
 
