@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use http::{Method, Request, StatusCode, header};
 use kplug_api::v1alpha1::{
-    API_VERSION, ApiSelector, Operation, RawObject, Reconcile, ReconcileSpec, ReconcileStatus,
+    API_VERSION, ApiSelector, ObservedChild, Operation, RawObject, Reconcile, ReconcileSpec,
+    ReconcileStatus,
 };
 use kplug_proto::trace::{TRACEPARENT, TraceParent};
 use kube::Client;
@@ -33,6 +34,9 @@ pub struct Delegation<'a> {
     pub timeout: Duration,
     /// Sent as the `traceparent` header, which kplug passes on to the plugin.
     pub traceparent: Option<TraceParent>,
+    /// The children the operator applied for the object, as it sees them
+    /// now, each under its key.
+    pub observed_children: &'a [(String, DynamicObject)],
 }
 
 /// Why a delegation did not produce a plugin's answer.
@@ -176,9 +180,17 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
             required_implementation: delegation.required_implementation.clone(),
             version_constraint: delegation.version_constraint.clone(),
             plugin: None,
-            // The operator applies no children yet: it sends none observed
-            // and allows none outside the object's namespace.
-            observed_children: Vec::new(),
+            observed_children: delegation
+                .observed_children
+                .iter()
+                .map(|(key, child)| {
+                    Ok(ObservedChild {
+                        key: key.clone(),
+                        object: raw(&without_managed_fields(child))?,
+                    })
+                })
+                .collect::<Result<_, DelegateError>>()?,
+            // Children go in the object's namespace only.
             child_scope: None,
         },
         status: None,
@@ -333,6 +345,7 @@ mod tests {
             version_constraint: Some(">=1.4, >=1.0.0, <2.0.0".into()),
             timeout: Duration::from_millis(1500),
             traceparent: None,
+            observed_children: &[],
         })
         .expect("encodes");
         let json = serde_json::to_value(&body).expect("serializes");

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod binding;
+mod children;
 mod config;
 mod controller;
 pub mod delegate;

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{Instrument, info, warn};
 
+mod children;
 mod events;
 mod writes;
 
@@ -25,11 +26,16 @@ pub use events::Events;
 
 use crate::Hooks;
 use crate::binding::{self, bound_implementation, bound_major_version};
+use crate::children::ChildStatus;
 use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
 use crate::extensions::{ExtensionError, Resolver};
 use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
 use crate::status::{Outcome, RETRYING, reporter};
+
+/// How soon an object whose children are not all ready is looked at
+/// again: until the operator watches its children's kinds, it polls them.
+const CHILDREN_POLL: Duration = Duration::from_secs(2);
 
 /// Why a reconcile ended early; each carries when to try again.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +91,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Objects whose last reconcile scheduled a retry: `workqueue_depth`.
     retrying: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    /// Where each kind of child is served, by `apiVersion/kind`.
+    child_kinds: Mutex<HashMap<String, children::ChildKind>>,
 }
 
 impl Context {
@@ -113,6 +121,7 @@ impl Context {
             backoffs: Mutex::default(),
             metrics,
             retrying: Mutex::default(),
+            child_kinds: Mutex::default(),
         }
     }
 
@@ -206,8 +215,15 @@ impl Context {
         warn!(object = %self.object_ref(object), reason, %message, "not reconciled");
         self.warning(object, reason, &message, action).await;
         let outcome = Outcome::NotDelegated { reason, message };
-        self.write_outcome(api, object, bound_implementation(object), &outcome)
-            .await?;
+        let children = inventory(object);
+        self.write_outcome(
+            api,
+            object,
+            bound_implementation(object),
+            &outcome,
+            &children,
+        )
+        .await?;
         Ok(())
     }
 
@@ -246,6 +262,7 @@ impl Context {
         &self,
         object: &DynamicObject,
         extensions: &[DynamicObject],
+        observed_children: &[(String, DynamicObject)],
         operation: Operation,
         trace: TraceParent,
     ) -> Result<ReconcileStatus, DelegateError> {
@@ -279,6 +296,7 @@ impl Context {
                 version_constraint,
                 timeout: self.options.reconcile_timeout,
                 traceparent: Some(trace),
+                observed_children,
             },
         )
         .await;
@@ -315,7 +333,9 @@ impl Context {
                 return Ok((Action::requeue(self.backoff(object)), Error));
             }
         };
-        let call = self.call(object, &extensions, Operation::Reconcile, trace);
+        let inventory = inventory(object);
+        let observed = self.observe_children(object, &inventory).await;
+        let call = self.call(object, &extensions, &observed, Operation::Reconcile, trace);
         let answer = match call.await {
             Ok(answer) => answer,
             Err(DelegateError::TooManyRequests { retry_after, .. }) => {
@@ -338,8 +358,17 @@ impl Context {
             Some(bound) => bound.to_owned(),
             None => answer.plugin.implementation.clone(),
         };
+        // A failed answer leaves the children as they are.
+        let children = match answer.success {
+            true if !(answer.desired_children.is_empty() && inventory.is_empty()) => {
+                self.apply_children(object, &answer.desired_children, &inventory, &observed)
+                    .await
+            }
+            _ => inventory,
+        };
+        let outcome = Outcome::Answered(&answer);
         let wrote = self
-            .write_outcome(api, object, Some(&binding), &Outcome::Answered(&answer))
+            .write_outcome(api, object, Some(&binding), &outcome, &children)
             .await?;
         self.write_extension_statuses(object, &extensions, &answer)
             .await;
@@ -350,6 +379,11 @@ impl Context {
             .requeue_after_seconds
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64);
+        let children_waiting = children.iter().any(|c| !c.ready || !c.error.is_empty());
+        let asked = match children_waiting {
+            true => Some(asked.map_or(CHILDREN_POLL, |a| a.min(CHILDREN_POLL))),
+            false => asked,
+        };
         let (requeue_in, result) = if answer.success {
             self.forget(object);
             match asked.filter(|a| *a < self.options.resync) {
@@ -393,6 +427,25 @@ impl Context {
             "; the finalizer {} stays until a {bound} plugin finalizes the object",
             self.options.finalizer
         );
+        // The children go first, highest wave first, whether or not a
+        // plugin is up: the inventory says what they are.
+        let children = inventory(object);
+        if let Err(waiting) = self.tear_down_children(object, &children).await {
+            let message = format!(
+                "removing the object's children: {waiting}; the finalizer {} stays until they \
+                 are gone",
+                self.options.finalizer
+            );
+            self.not_delegated(
+                api,
+                object,
+                "ChildrenRemaining",
+                message.clone(),
+                "Finalize",
+            )
+            .await?;
+            return Err(ReconcileError::NotFinalized(message, CHILDREN_POLL));
+        }
         let extensions = match self.extensions(object, true).await {
             Ok(extensions) => extensions,
             Err(error) => {
@@ -403,7 +456,7 @@ impl Context {
             }
         };
         match self
-            .call(object, &extensions, Operation::Finalize, trace)
+            .call(object, &extensions, &[], Operation::Finalize, trace)
             .await
         {
             Ok(answer) if answer.success => {
@@ -434,6 +487,15 @@ impl Context {
             }
         }
     }
+}
+
+/// The children's inventory recorded in `object`'s status.
+fn inventory(object: &DynamicObject) -> Vec<ChildStatus> {
+    object
+        .data
+        .get("status")
+        .map(crate::children::inventory)
+        .unwrap_or_default()
 }
 
 /// The controller's reconcile function: one trace and one span per

@@ -17,6 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kplug_api::v1alpha1::{PluginRef, ReconcileStatus, ResultCondition, SelectionReason};
 use serde_json::{Map, Value, json};
 
+use crate::children::{self, CHILDREN_READY, ChildStatus};
+
 /// Status fields the operator itself sets; a plugin's `objectStatus` cannot
 /// replace them.
 pub const RESERVED_FIELDS: &[&str] = &[
@@ -26,6 +28,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "selection",
     "observedGeneration",
     "conditions",
+    children::STATUS_FIELD,
 ];
 
 pub const READY: &str = "Ready";
@@ -133,6 +136,9 @@ pub struct Desired<'a> {
     pub binding: Option<&'a str>,
     pub layout: &'a ObjectStatusLayout,
     pub now: Timestamp,
+    /// The children's inventory after this reconcile; empty for an object
+    /// that has none.
+    pub children: &'a [ChildStatus],
 }
 
 fn condition(type_: &str, status: bool, reason: &str, message: &str) -> ResultCondition {
@@ -144,9 +150,23 @@ fn condition(type_: &str, status: bool, reason: &str, message: &str) -> ResultCo
     }
 }
 
-/// `Ready` and `Synced` as the operator derives them, then the plugin's
+/// `Ready` and `Synced` as the operator derives them, `ChildrenReady` for
+/// an object with `children` (`Ready` requires it), then the plugin's
 /// other conditions.
-fn conditions_of(outcome: &Outcome<'_>) -> Vec<ResultCondition> {
+fn conditions_of(outcome: &Outcome<'_>, children: &[ChildStatus]) -> Vec<ResultCondition> {
+    let mut conditions = plugin_conditions(outcome);
+    if children.is_empty() || matches!(outcome, Outcome::NotDelegated { .. }) {
+        return conditions;
+    }
+    let (ready, reason, message) = children::children_ready(children);
+    if !ready && conditions[0].status == "True" {
+        conditions[0] = condition(READY, false, reason, &message);
+    }
+    conditions.insert(2, condition(CHILDREN_READY, ready, reason, &message));
+    conditions
+}
+
+fn plugin_conditions(outcome: &Outcome<'_>) -> Vec<ResultCondition> {
     match outcome {
         Outcome::NotDelegated { reason, message } => vec![
             condition(READY, false, reason, message),
@@ -221,7 +241,7 @@ impl Desired<'_> {
     /// owned fields that are left out) and only the conditions change.
     pub fn status(&self, outcome: &Outcome<'_>) -> Map<String, Value> {
         let mut status = Map::new();
-        let written = conditions_of(outcome);
+        let written = conditions_of(outcome, self.children);
         let mut conditions: Vec<Value> = written.iter().map(|c| self.write_condition(c)).collect();
         match outcome {
             Outcome::NotDelegated { .. } => {
@@ -268,6 +288,9 @@ impl Desired<'_> {
                 status.insert("selection".into(), selection);
                 if let Some(generation) = self.generation {
                     status.insert("observedGeneration".into(), json!(generation));
+                }
+                if !self.children.is_empty() {
+                    status.insert(children::STATUS_FIELD.into(), json!(self.children));
                 }
             }
         }

@@ -156,6 +156,7 @@ pub async fn measure(
                         version_constraint: None,
                         timeout: REQUEST_TIMEOUT,
                         traceparent: None,
+                        observed_children: &[],
                     },
                 ),
             )

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use tracing::warn;
 
 use super::{Context, ReconcileError};
+use crate::children::ChildStatus;
 use crate::extensions::{self, ExtensionRef};
 use crate::metrics::WriteTarget;
 use crate::status::{Desired, Outcome, Owned, RETRYING, needs_write, reporter};
@@ -82,13 +83,15 @@ impl Context {
         Ok(true)
     }
 
-    /// Writes the object's status for `outcome`, when it changes anything.
+    /// Writes the object's status for `outcome` and its `children`'s
+    /// inventory, when it changes anything.
     pub(super) async fn write_outcome(
         &self,
         api: &Api<DynamicObject>,
         object: &DynamicObject,
         binding: Option<&str>,
         outcome: &Outcome<'_>,
+        children: &[ChildStatus],
     ) -> Result<bool, ReconcileError> {
         let owned = Owned::read(&object.metadata, &self.options.field_manager);
         let desired = Desired {
@@ -98,6 +101,7 @@ impl Context {
             binding,
             layout: &self.options.object_status,
             now: Timestamp::now(),
+            children,
         }
         .status(outcome);
         self.write_status(api, object, desired, &owned, WriteTarget::Object)

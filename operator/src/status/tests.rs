@@ -1,6 +1,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kplug_api::v1alpha1::{PluginRef, ReconcileResult, Selection, SelectionReason};
 
+use crate::children::ChildStatus;
+
 use super::*;
 
 const MANAGER: &str = "kplug-operator";
@@ -48,6 +50,7 @@ fn answer(success: bool) -> ReconcileStatus {
 
 fn desired<'a>(current: &'a Value, owned: &'a Owned, now: Timestamp) -> Desired<'a> {
     Desired {
+        children: &[],
         current,
         owned,
         generation: Some(3),
@@ -277,4 +280,61 @@ fn the_major_version_is_recorded_with_the_binding_and_kept_while_it_holds() {
         Value::Null,
         "not semver: none"
     );
+}
+
+#[test]
+fn children_are_listed_and_ready_waits_for_them() {
+    let line = |key: &str, ready: bool| ChildStatus {
+        key: key.into(),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: "shop".into(),
+        name: key.into(),
+        ready,
+        ..ChildStatus::default()
+    };
+    let (current, owned) = (json!({}), Owned::default());
+    let waiting = [line("pages", true), line("web", false)];
+    let status = Desired {
+        children: &waiting,
+        ..desired(&current, &owned, at(0))
+    }
+    .status(&Outcome::Answered(&answer(true)));
+    assert_eq!(status["children"], json!(waiting));
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert_eq!(types, ["Ready", "Synced", "ChildrenReady"]);
+    let ready = &status["conditions"][0];
+    assert_eq!(
+        (&ready["status"], &ready["reason"], &ready["message"]),
+        (
+            &json!("False"),
+            &json!("ChildrenNotReady"),
+            &json!("waiting for \"web\" (ConfigMap shop/web)")
+        )
+    );
+    let all_ready = [line("pages", true)];
+    let status = Desired {
+        children: &all_ready,
+        ..desired(&current, &owned, at(0))
+    }
+    .status(&Outcome::Answered(&answer(true)));
+    assert_eq!(status["conditions"][0]["status"], "True");
+    assert_eq!(status["conditions"][0]["reason"], "Reconciled");
+    assert_eq!(status["conditions"][2]["status"], "True");
+    // A plugin's failure stays the reason Ready is False.
+    let status = Desired {
+        children: &waiting,
+        ..desired(&current, &owned, at(0))
+    }
+    .status(&Outcome::Answered(&answer(false)));
+    assert_eq!(status["conditions"][0]["reason"], "UnknownColumnType");
+    // Without children: no list, no condition.
+    let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(&answer(true)));
+    assert!(status.get("children").is_none());
+    assert_eq!(status["conditions"].as_array().map(Vec::len), Some(2));
 }

@@ -191,8 +191,19 @@ impl Widgets {
         kubeconfig: &Path,
         extra: &[&str],
     ) -> (Process, Lines) {
+        self.run_operator_for("widgets.test.kplug.io", namespace, kubeconfig, extra)
+    }
+
+    /// As [`Widgets::run_operator_in`], for `resource`.
+    pub fn run_operator_for(
+        &self,
+        resource: &str,
+        namespace: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> (Process, Lines) {
         let mut child = self
-            .operator_in(namespace, "widgets.test.kplug.io", kubeconfig)
+            .operator_in(namespace, resource, kubeconfig)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

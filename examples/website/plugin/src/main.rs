@@ -80,7 +80,9 @@ async fn main() -> anyhow::Result<()> {
     let api: ApiRef = "websites.sites.example.com/v1alpha1"
         .parse()
         .context("the Website API")?;
-    let info = PluginInfo::new("website", api).implementation("BusyboxHttpd");
+    let info = PluginInfo::new("website", api)
+        .version(env!("CARGO_PKG_VERSION"))
+        .implementation("BusyboxHttpd");
     kplug_sdk::serve(Websites { image: args.image }, info, args.kplug)
         .await
         .context("serving the website plugin")

@@ -30,16 +30,30 @@ pub const PAGES_HASH: &str = "sites.example.com/pages-hash";
 
 const HTTP_PORT: i32 = 8080;
 
+/// Ports are keyed by port and protocol in server-side apply, and
+/// kube-apiserver before 1.21 refuses an applied port without its protocol
+/// ("associative list with keys has an element that omits key field"), so
+/// every port names it.
+const TCP: &str = "TCP";
+
 /// A Website's spec.
 #[derive(Debug, Deserialize)]
 pub struct WebsiteSpec {
     pub pages: BTreeMap<String, String>,
     #[serde(default = "one")]
     pub replicas: i32,
+    /// Whether a Service fronts the pods; without it the site is reached
+    /// through the pods alone (and a Service asked for before is removed).
+    #[serde(default = "yes")]
+    pub expose: bool,
 }
 
 fn one() -> i32 {
     1
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Why a Website cannot be served.
@@ -97,11 +111,14 @@ impl<'a> Site<'a> {
 
     /// Every child the site needs, in waves: the pages, then what serves them.
     pub fn children(&self, image: &str) -> Result<Vec<Child>, SiteError> {
-        Ok(vec![
+        let mut children = vec![
             Child::typed(PAGES, &self.pages())?.wave(0),
             Child::typed(WEB, &self.deployment(image))?.wave(1),
-            Child::typed(SERVICE, &self.service())?.wave(1),
-        ])
+        ];
+        if self.spec.expose {
+            children.push(Child::typed(SERVICE, &self.service())?.wave(1));
+        }
+        Ok(children)
     }
 
     fn pages(&self) -> ConfigMap {
@@ -134,6 +151,7 @@ impl<'a> Site<'a> {
             ports: Some(vec![ContainerPort {
                 name: Some("http".to_owned()),
                 container_port: HTTP_PORT,
+                protocol: Some(TCP.to_owned()),
                 ..ContainerPort::default()
             }]),
             readiness_probe: Some(Probe {
@@ -197,6 +215,7 @@ impl<'a> Site<'a> {
                 ports: Some(vec![ServicePort {
                     name: Some("http".to_owned()),
                     port: 80,
+                    protocol: Some(TCP.to_owned()),
                     target_port: Some(IntOrString::String("http".to_owned())),
                     ..ServicePort::default()
                 }]),
@@ -307,6 +326,16 @@ mod tests {
             children[2].object["spec"]["selector"],
             deployment["spec"]["selector"]["matchLabels"]
         );
+    }
+
+    #[test]
+    fn a_site_not_exposed_has_no_service() {
+        let request = website(json!({"pages": {"index.html": "x"}, "expose": false}));
+        let site = Site::of(&request).expect("a valid site");
+        let keys: Vec<String> = (site.children("busybox").expect("children").into_iter())
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(keys, [PAGES, WEB]);
     }
 
     #[test]

@@ -1,0 +1,161 @@
+//! The children a plugin asks for, as the operator keeps them, computed
+//! without IO: the inventory it records in the parent's `status.children`
+//! (what teardown and pruning use, even with the plugin down), which
+//! children a reconcile applies (waves) and which it removes, whether a
+//! child is ready when the plugin gives no verdict, and the names and
+//! marks every child carries.
+//!
+//! The IO (discovery, server-side apply, deletes) is the reconciler's
+//! (`reconciler/children.rs`).
+
+use std::collections::BTreeSet;
+
+use kplug_api::v1alpha1::DesiredChild;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+mod readiness;
+
+pub use kplug_api::children::KEY_ANNOTATION;
+pub use readiness::ready_by_default;
+
+/// The label every child carries: its parent's UID (a name may be longer
+/// than a label value; a UID never is).
+pub const PARENT_UID_LABEL: &str = "plugins.kplug.io/parent-uid";
+
+/// The parent's status field that holds the inventory.
+pub const STATUS_FIELD: &str = "children";
+
+/// The condition that says whether every desired child is applied and ready.
+pub const CHILDREN_READY: &str = "ChildrenReady";
+
+/// One line of the parent's `status.children`: a child the operator
+/// applied, where it is, and how it stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildStatus {
+    pub key: String,
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wave: i32,
+    /// Why its last apply failed; empty when it succeeded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+fn is_zero(wave: &i32) -> bool {
+    *wave == 0
+}
+
+impl ChildStatus {
+    /// Whether this line and `other` name the same object.
+    pub fn same_object(&self, other: &Self) -> bool {
+        (&self.api_version, &self.kind, &self.namespace, &self.name)
+            == (
+                &other.api_version,
+                &other.kind,
+                &other.namespace,
+                &other.name,
+            )
+    }
+
+    /// `Kind namespace/name`, as messages name a child.
+    pub fn describe(&self) -> String {
+        match self.namespace.as_str() {
+            "" => format!("{} {}", self.kind, self.name),
+            namespace => format!("{} {namespace}/{}", self.kind, self.name),
+        }
+    }
+}
+
+/// The inventory recorded in `status` (the parent's current status); a
+/// line that does not read is left out.
+pub fn inventory(status: &Value) -> Vec<ChildStatus> {
+    status
+        .get(STATUS_FIELD)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|line| serde_json::from_value(line.clone()).ok())
+        .collect()
+}
+
+/// The field manager that applies one parent's children: stable, and its
+/// own, so that two parents asking for the same object take it from each
+/// other visibly (a conflict forced, not a silent co-ownership).
+pub fn field_manager(parent_uid: &str) -> String {
+    format!("kplug-operator.{parent_uid}")
+}
+
+/// The waves a reconcile applies: every wave up to and including the
+/// first whose children are not all ready, given `ready(key)` for each
+/// desired child (false for one not applied yet). `None` when there is
+/// nothing to apply.
+pub fn last_wave(desired: &[DesiredChild], ready: impl Fn(&str) -> bool) -> Option<i32> {
+    let waves: BTreeSet<i32> = desired.iter().map(|c| c.wave).collect();
+    let mut last = None;
+    for wave in waves {
+        last = Some(wave);
+        let all_ready = desired
+            .iter()
+            .filter(|c| c.wave == wave)
+            .all(|c| ready(&c.key));
+        if !all_ready {
+            break;
+        }
+    }
+    last
+}
+
+/// The inventory lines a reconcile with `desired` removes: those whose key
+/// is no longer desired, and those whose key now names another object.
+pub fn to_prune<'a>(inventory: &'a [ChildStatus], desired: &[ChildStatus]) -> Vec<&'a ChildStatus> {
+    inventory
+        .iter()
+        .filter(|line| {
+            !desired
+                .iter()
+                .any(|d| d.key == line.key && d.same_object(line))
+        })
+        .collect()
+}
+
+/// The `ChildrenReady` condition's status, reason and message for the
+/// inventory `children`.
+pub fn children_ready(children: &[ChildStatus]) -> (bool, &'static str, String) {
+    if let Some(failed) = children.iter().find(|c| !c.error.is_empty()) {
+        let message = format!(
+            "child {:?} ({}) was not applied: {}",
+            failed.key,
+            failed.describe(),
+            failed.error
+        );
+        return (false, "ApplyFailed", message);
+    }
+    let waiting: Vec<String> = children
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| format!("{:?} ({})", c.key, c.describe()))
+        .collect();
+    match waiting.as_slice() {
+        [] => (
+            true,
+            "ChildrenReady",
+            format!("{} child(ren) ready", children.len()),
+        ),
+        _ => (
+            false,
+            "ChildrenNotReady",
+            format!("waiting for {}", waiting.join(", ")),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

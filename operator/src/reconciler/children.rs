@@ -1,0 +1,353 @@
+//! The children's IO: what the operator observes of the children it
+//! applied, applying a plugin's desired children (server-side apply, one
+//! field manager per parent, forced), removing the ones no longer desired,
+//! and tearing them all down before a parent goes. Each child is tied to
+//! its parent by a controller owner reference, the parent's UID label and
+//! its key annotation; only a child whose controller reference is the
+//! parent is ever deleted, never one a list a user can edit names.
+
+use kplug_api::v1alpha1::DesiredChild;
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::discovery::Scope;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use super::Context;
+use crate::children::{
+    self, ChildStatus, KEY_ANNOTATION, PARENT_UID_LABEL, field_manager, ready_by_default,
+};
+
+/// Where a child's kind is served.
+#[derive(Clone)]
+pub struct ChildKind {
+    resource: ApiResource,
+    namespaced: bool,
+}
+
+/// What became of one child this reconcile.
+enum Gone {
+    /// Deleted, or not there.
+    Yes,
+    /// Still there (being deleted, or refused): this says why.
+    No(String),
+}
+
+impl Context {
+    /// Where `api_version` `kind` is served, by discovery (cached per kind).
+    async fn child_kind(&self, api_version: &str, kind: &str) -> Result<ChildKind, String> {
+        let cache_key = format!("{api_version}/{kind}");
+        if let Some(found) = self.child_kinds.lock().get(&cache_key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| {
+                format!(
+                    "the cluster serves no {kind} in {api_version}: {}",
+                    crate::words::kube_error(&e)
+                )
+            })?;
+        let found = ChildKind {
+            resource,
+            namespaced: capabilities.scope == Scope::Namespaced,
+        };
+        self.child_kinds.lock().insert(cache_key, found.clone());
+        Ok(found)
+    }
+
+    /// The API of the child `line` names, under `parent`.
+    async fn child_api(
+        &self,
+        parent: &DynamicObject,
+        line: &ChildStatus,
+    ) -> Result<Api<DynamicObject>, String> {
+        let kind = self.child_kind(&line.api_version, &line.kind).await?;
+        Ok(match (kind.namespaced, parent.namespace()) {
+            (true, Some(parent_namespace)) => {
+                let namespace = Some(line.namespace.clone()).filter(|n| !n.is_empty());
+                let namespace = namespace.unwrap_or(parent_namespace);
+                Api::namespaced_with(self.client.clone(), &namespace, &kind.resource)
+            }
+            // A namespaced child of a cluster-scoped parent names its namespace.
+            (true, None) => {
+                Api::namespaced_with(self.client.clone(), &line.namespace, &kind.resource)
+            }
+            (false, _) => Api::all_with(self.client.clone(), &kind.resource),
+        })
+    }
+
+    /// The children of `parent`'s inventory as they are now, by key; one
+    /// that is gone, or cannot be read, is left out (the plugin sees it
+    /// missing and asks for it again).
+    pub(super) async fn observe_children(
+        &self,
+        parent: &DynamicObject,
+        inventory: &[ChildStatus],
+    ) -> Vec<(String, DynamicObject)> {
+        let mut observed = Vec::with_capacity(inventory.len());
+        for line in inventory {
+            let Ok(api) = self.child_api(parent, line).await else {
+                continue;
+            };
+            match api.get_opt(&line.name).await {
+                Ok(Some(child)) if controlled_by(&child, parent) => {
+                    observed.push((line.key.clone(), child));
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    warn!(child = %line.describe(), error = %crate::words::kube_error(&error), "cannot observe a child");
+                }
+            }
+        }
+        observed
+    }
+
+    /// Applies the desired children of the waves whose lower waves are
+    /// ready, removes those the answer no longer has, and returns the new
+    /// inventory. A child the API refuses is reported on its line; the
+    /// others still apply.
+    pub(super) async fn apply_children(
+        &self,
+        parent: &DynamicObject,
+        desired: &[DesiredChild],
+        inventory: &[ChildStatus],
+        observed: &[(String, DynamicObject)],
+    ) -> Vec<ChildStatus> {
+        let ready_now = |key: &str| {
+            inventory
+                .iter()
+                .any(|line| line.key == key && line.ready && line.error.is_empty())
+        };
+        // Applying wave by wave: each applied child's readiness, as its
+        // apply answered it, opens the next wave in the same reconcile.
+        let mut lines: Vec<ChildStatus> = Vec::with_capacity(desired.len());
+        let mut applied: Vec<String> = Vec::new();
+        loop {
+            let ready = |key: &str| {
+                lines
+                    .iter()
+                    .find(|l| l.key == key)
+                    .map_or_else(|| ready_now(key), |l| l.ready && l.error.is_empty())
+            };
+            let Some(last) = children::last_wave(desired, ready) else {
+                break;
+            };
+            let next: Vec<&DesiredChild> = desired
+                .iter()
+                .filter(|c| c.wave <= last && !applied.contains(&c.key))
+                .collect();
+            if next.is_empty() {
+                break;
+            }
+            for child in next {
+                applied.push(child.key.clone());
+                let line = self.apply_child(parent, child).await;
+                lines.retain(|l| l.key != line.key);
+                lines.push(line);
+            }
+        }
+        // Children of waves not reached yet: kept as they were, or waiting.
+        for child in desired.iter().filter(|c| !applied.contains(&c.key)) {
+            let mut line = line_of(parent, child);
+            let live = observed.iter().find(|(key, _)| *key == child.key);
+            line.ready = live.is_some_and(|(_, live)| readiness(child, live));
+            lines.push(line);
+        }
+        lines.sort_by_key(|l| desired.iter().position(|c| c.key == l.key));
+        for stale in children::to_prune(inventory, &lines) {
+            if let Gone::No(why) = self.remove_child(parent, stale).await {
+                // Kept in the inventory, so that the next reconcile tries again.
+                warn!(child = %stale.describe(), %why, "a child no longer desired is not removed yet");
+                lines.push(ChildStatus {
+                    error: why,
+                    ..stale.clone()
+                });
+            }
+        }
+        lines
+    }
+
+    /// Server-side applies one child as `parent`'s.
+    async fn apply_child(&self, parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
+        let mut line = line_of(parent, child);
+        let api = match self.child_api(parent, &line).await {
+            Ok(api) => api,
+            Err(why) => {
+                line.error = why;
+                return line;
+            }
+        };
+        let kind = self.child_kind(&line.api_version, &line.kind).await;
+        if let (Ok(kind), Some(_)) = (&kind, parent.namespace())
+            && !kind.namespaced
+        {
+            line.error = format!(
+                "{} is cluster-scoped: a namespaced object cannot own it, and this operator \
+                 applies children in the object's namespace only",
+                line.kind
+            );
+            return line;
+        }
+        let body = owned_child(parent, child, &line);
+        let params = PatchParams::apply(&field_manager(&uid(parent))).force();
+        match api.patch(&line.name, &params, &Patch::Apply(&body)).await {
+            Ok(live) => {
+                line.namespace = live.namespace().unwrap_or_default();
+                line.ready = readiness(child, &live);
+            }
+            Err(error) => {
+                line.error = crate::words::kube_error(&error);
+                warn!(child = %line.describe(), error = %line.error, "a child was not applied");
+            }
+        }
+        line
+    }
+
+    /// Deletes the child `line` names if `parent` controls it.
+    async fn remove_child(&self, parent: &DynamicObject, line: &ChildStatus) -> Gone {
+        let api = match self.child_api(parent, line).await {
+            Ok(api) => api,
+            Err(why) => return Gone::No(why),
+        };
+        match api.get_opt(&line.name).await {
+            Ok(None) => Gone::Yes,
+            // Not ours (any more): forgotten, never deleted.
+            Ok(Some(child)) if !controlled_by(&child, parent) => {
+                warn!(child = %line.describe(), "no longer controlled by its parent: left alone");
+                Gone::Yes
+            }
+            Ok(Some(child)) if child.metadata.deletion_timestamp.is_some() => {
+                Gone::No(format!("{} is being deleted", line.describe()))
+            }
+            Ok(Some(_)) => match api.delete(&line.name, &DeleteParams::background()).await {
+                Ok(_) => {
+                    info!(child = %line.describe(), key = %line.key, "removed a child");
+                    Gone::Yes
+                }
+                Err(error) => Gone::No(crate::words::kube_error(&error)),
+            },
+            Err(error) => Gone::No(crate::words::kube_error(&error)),
+        }
+    }
+
+    /// Removes `parent`'s children, highest wave first: `Ok` once they are
+    /// all gone; else what the wave being removed waits for.
+    pub(super) async fn tear_down_children(
+        &self,
+        parent: &DynamicObject,
+        inventory: &[ChildStatus],
+    ) -> Result<(), String> {
+        let mut waves: Vec<i32> = inventory.iter().map(|l| l.wave).collect();
+        waves.sort_unstable();
+        waves.dedup();
+        for wave in waves.into_iter().rev() {
+            let mut waiting = Vec::new();
+            for line in inventory.iter().filter(|l| l.wave == wave) {
+                if let Gone::No(why) = self.remove_child(parent, line).await {
+                    waiting.push(format!("child {:?}: {why}", line.key));
+                }
+            }
+            // Removed now, or still going: either way the next wave waits
+            // until this one is gone, which the next attempt checks.
+            let still_there = self.observe_children(parent, inventory).await;
+            let wave_left: Vec<String> = still_there
+                .iter()
+                .filter_map(|(key, _)| inventory.iter().find(|l| l.key == *key && l.wave == wave))
+                .map(|l| format!("{:?} ({})", l.key, l.describe()))
+                .collect();
+            if !waiting.is_empty() || !wave_left.is_empty() {
+                let mut why = waiting;
+                if !wave_left.is_empty() {
+                    why.push(format!("waiting for {} to go", wave_left.join(", ")));
+                }
+                return Err(why.join("; "));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The inventory line for `child` of `parent`, before it is applied.
+fn line_of(parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    let namespace = match text(&child.object["metadata"]["namespace"]) {
+        own if !own.is_empty() => own,
+        _ => parent.namespace().unwrap_or_default(),
+    };
+    ChildStatus {
+        key: child.key.clone(),
+        api_version: text(&child.object["apiVersion"]),
+        kind: text(&child.object["kind"]),
+        namespace,
+        name: text(&child.object["metadata"]["name"]),
+        ready: false,
+        wave: child.wave,
+        error: String::new(),
+    }
+}
+
+/// The plugin's verdict, else the default rule on the live object.
+fn readiness(child: &DesiredChild, live: &DynamicObject) -> bool {
+    child.ready.unwrap_or_else(|| {
+        let mut object = live.data.clone();
+        if let (Value::Object(map), Some(types)) = (&mut object, &live.types) {
+            map.insert("apiVersion".into(), json!(types.api_version));
+            map.insert("kind".into(), json!(types.kind));
+            map.insert(
+                "metadata".into(),
+                json!({"generation": live.metadata.generation}),
+            );
+        }
+        ready_by_default(&object)
+    })
+}
+
+fn uid(parent: &DynamicObject) -> String {
+    parent.uid().unwrap_or_default()
+}
+
+/// Whether `child`'s controller owner reference is `parent`.
+fn controlled_by(child: &DynamicObject, parent: &DynamicObject) -> bool {
+    let parent_uid = uid(parent);
+    !parent_uid.is_empty()
+        && child
+            .owner_references()
+            .iter()
+            .any(|owner| owner.controller == Some(true) && owner.uid == parent_uid)
+}
+
+/// The child as applied: the plugin's intent in the parent's namespace,
+/// with the controller reference, label and key annotation that tie it to
+/// the parent.
+fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildStatus) -> Value {
+    let mut body = child.object.clone();
+    let types = parent.types.clone().unwrap_or_default();
+    let owner = json!({
+        "apiVersion": types.api_version,
+        "kind": types.kind,
+        "name": parent.name_any(),
+        "uid": uid(parent),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        if !line.namespace.is_empty() {
+            metadata.insert("namespace".into(), json!(line.namespace));
+        }
+        metadata.insert("ownerReferences".into(), json!([owner]));
+        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(PARENT_UID_LABEL.into(), json!(uid(parent)));
+        }
+        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(KEY_ANNOTATION.into(), json!(child.key));
+        }
+    }
+    body
+}

@@ -1,0 +1,205 @@
+//! Plugins that manage Kubernetes objects (issue 27), on a real control
+//! plane: the website plugin (examples/website) returns a ConfigMap, a
+//! Deployment and a Service for each Website, and the zero-code operator
+//! applies them in waves as the Website's, records them in its
+//! `status.children`, holds `Ready` until they are, leaves alone what
+//! another manager set, prunes what the plugin stops asking for, and
+//! removes them, highest wave first, before the Website goes.
+//!
+//! This control plane runs no controller-manager: no Deployment ever
+//! becomes available here, which is what shows `Ready` waiting for it.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use kplug_test_support::{
+    Process, free_port, output_text, plugin_identity, plugin_tls, repo_root, wait_plugin_ready,
+    wait_until, workspace_binary,
+};
+use serde_json::Value;
+use support::widgets::Widgets;
+
+const WEBSITES: &str = "websites.sites.example.com";
+
+/// The Widgets world with the Website CRD and the website plugin.
+fn start() -> (Widgets, Process) {
+    let world = Widgets::start();
+    let crd = std::fs::read_to_string(repo_root().join("examples/website/crds/websites.yaml"))
+        .expect("the Website CRD");
+    world.cluster.apply(&crd);
+    world.cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/{WEBSITES}"),
+        "--timeout=30s",
+    ]);
+    let token = plugin_identity(
+        &world.cluster,
+        "website",
+        Some("website"),
+        world.work.path(),
+    );
+    let mut command = Command::new(workspace_binary("website-plugin"));
+    command
+        .args(["--name", "website"])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--image", "kplug.local/toolbox:1"]);
+    plugin_tls(&mut command, &world.kplug, &token);
+    let plugin = Process::spawn(&mut command, "website-plugin");
+    wait_plugin_ready(&world.cluster, "website");
+    (world, plugin)
+}
+
+fn get(world: &Widgets, what: &str) -> Result<Value, String> {
+    let output = world
+        .cluster
+        .kubectl(&["get", what, "-n", "default", "-o", "json"]);
+    serde_json::from_slice(&output.stdout).map_err(|_| output_text(&output))
+}
+
+fn condition<'v>(object: &'v Value, type_: &str) -> Option<&'v Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn site(pages: &str, expose: bool) -> String {
+    format!(
+        "apiVersion: sites.example.com/v1alpha1\nkind: Website\nmetadata: {{name: hello, namespace: default}}\n\
+         spec: {{expose: {expose}, pages: {{index.html: '{pages}'}}}}\n"
+    )
+}
+
+#[test]
+fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
+    let (world, _plugin) = start();
+    let kubeconfig = world.cluster.kubeconfig();
+    let _operator = world.run_operator_for(WEBSITES, "default", &kubeconfig, &[]);
+    world.cluster.apply(&site("<h1>one</h1>", true));
+    let website = get(&world, "website/hello").expect("the Website");
+    let uid = website["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    // Wave 0, then wave 1 once the ConfigMap exists: each owned by the
+    // Website, labelled and annotated with its key.
+    wait_until("the three children", Duration::from_secs(60), || {
+        let status = |error: String| {
+            let website = get(&world, "website/hello").unwrap_or_default();
+            format!("{error}; the Website's status: {}", website["status"])
+        };
+        for (what, key) in [
+            ("configmap/hello-pages", "pages"),
+            ("deployment/hello", "web"),
+            ("service/hello", "service"),
+        ] {
+            let child = get(&world, what).map_err(status)?;
+            let owner = &child["metadata"]["ownerReferences"][0];
+            let owned = owner["uid"] == uid.as_str()
+                && owner["controller"] == true
+                && owner["blockOwnerDeletion"] == true
+                && owner["kind"] == "Website"
+                && child["metadata"]["labels"]["plugins.kplug.io/parent-uid"] == uid.as_str()
+                && child["metadata"]["annotations"]["plugins.kplug.io/child-key"] == key;
+            if !owned {
+                return Err(status(format!("{what}: {child}")));
+            }
+        }
+        Ok(())
+    });
+    // Not Ready while the Deployment is not available, and saying so.
+    wait_until(
+        "Ready waiting for the Deployment",
+        Duration::from_secs(30),
+        || {
+            let website = get(&world, "website/hello")?;
+            let children = website["status"]["children"].as_array().map_or(0, Vec::len);
+            let ready = condition(&website, "Ready").cloned().unwrap_or_default();
+            let children_ready = condition(&website, "ChildrenReady")
+                .cloned()
+                .unwrap_or_default();
+            let waiting = children == 3
+                && ready["status"] == "False"
+                && ready["reason"] == "ChildrenNotReady"
+                && children_ready["status"] == "False"
+                && children_ready["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("\"web\" (Deployment default/hello)"))
+                && !children_ready["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("pages");
+            waiting
+                .then_some(())
+                .ok_or_else(|| website["status"].to_string())
+        },
+    );
+
+    // A label another manager sets on a child stays through the next apply;
+    // the pages follow the spec.
+    world.cluster.kubectl_ok(&[
+        "label",
+        "configmap",
+        "hello-pages",
+        "-n",
+        "default",
+        "team=web",
+    ]);
+    world.cluster.apply(&site("<h1>two</h1>", true));
+    wait_until("the pages follow", Duration::from_secs(30), || {
+        let pages = get(&world, "configmap/hello-pages")?;
+        (pages["data"]["index.html"] == "<h1>two</h1>")
+            .then_some(())
+            .ok_or_else(|| pages.to_string())
+    });
+    let pages = get(&world, "configmap/hello-pages").expect("the pages");
+    assert_eq!(pages["metadata"]["labels"]["team"], "web", "{pages}");
+
+    // A child the plugin stops asking for is removed, and leaves the inventory.
+    world.cluster.apply(&site("<h1>two</h1>", false));
+    wait_until("the Service pruned", Duration::from_secs(30), || {
+        let output = world
+            .cluster
+            .kubectl(&["get", "service", "hello", "-n", "default"]);
+        let website = get(&world, "website/hello")?;
+        let keys: Vec<&str> = website["status"]["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["key"].as_str())
+            .collect();
+        (output_text(&output).contains("NotFound") && keys == ["pages", "web"])
+            .then_some(())
+            .ok_or_else(|| format!("{keys:?}: {}", output_text(&output)))
+    });
+
+    // Deleted: the children go before the Website does.
+    world.cluster.kubectl_ok(&[
+        "delete",
+        "website",
+        "hello",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    wait_until(
+        "the Website and its children gone",
+        Duration::from_secs(60),
+        || {
+            let left: Vec<&str> = ["website/hello", "deployment/hello", "configmap/hello-pages"]
+                .into_iter()
+                .filter(|what| {
+                    let output = world.cluster.kubectl(&["get", what, "-n", "default"]);
+                    !output_text(&output).contains("NotFound")
+                })
+                .collect();
+            left.is_empty()
+                .then_some(())
+                .ok_or_else(|| format!("{left:?}"))
+        },
+    );
+}
