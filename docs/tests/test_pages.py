@@ -191,6 +191,17 @@ def test_render_prints_what_the_page_shows(session: Session) -> None:
     assert finalized["success"] is True and finalized["results"][0]["reason"] == "Goodbye", finalized
 
 
+def test_the_children_page_renders_the_website_s_children(session: Session) -> None:
+    """The children page shows the website plugin's code and what render prints of it."""
+    page = PAGES / "concepts" / "children.md"
+    assert_included(page, REPO / "examples" / "website" / "plugin" / "src" / "site.rs", "children")
+    build, render = steps(shell_blocks(page, "Plugins that manage Kubernetes objects")[0])
+    # Built already, with the suite's features.
+    assert build.command == "cargo build -p kplug-example-website-plugin -p kubectl-kplug"
+    assert render.shown, "the page shows the children"
+    session.check(render)
+
+
 def reconciled_by(session: Session, reconcile: Step, plugin: str) -> None:
     """The page's reconcile, with the reconcile page's ``req.json``, answered by the page's plugin."""
     write_request = steps(shell_blocks(PAGES / "concepts" / "reconcile.md", "Reconcile and selection")[0])[0]

@@ -109,6 +109,7 @@ impl<'a> Site<'a> {
         format!("{}-pages", self.name)
     }
 
+    // ANCHOR: children
     /// Every child the site needs, in waves: the pages, then what serves them.
     pub fn children(&self, image: &str) -> Result<Vec<Child>, SiteError> {
         let mut children = vec![
@@ -120,6 +121,7 @@ impl<'a> Site<'a> {
         }
         Ok(children)
     }
+    // ANCHOR_END: children
 
     fn pages(&self) -> ConfigMap {
         ConfigMap {
