@@ -29,6 +29,20 @@ pub const STATUS_FIELD: &str = "children";
 /// The condition that says whether every desired child is applied and ready.
 pub const CHILDREN_READY: &str = "ChildrenReady";
 
+/// The condition set while a mass prune is held.
+pub const PRUNE_PAUSED: &str = "PrunePaused";
+
+/// The parent's annotation that lets a held mass prune go ahead (`"true"`).
+pub const ALLOW_MASS_PRUNE: &str = "plugins.kplug.io/allow-mass-prune";
+
+/// A child's annotation that abandons it instead of deleting it
+/// (`"disabled"`): its owner reference, label and key annotation are
+/// removed and the object stays.
+pub const PRUNE: &str = "plugins.kplug.io/prune";
+
+/// The value of [`PRUNE`] that abandons a child.
+pub const PRUNE_DISABLED: &str = "disabled";
+
 /// One line of the parent's `status.children`: a child the operator
 /// applied, where it is, and how it stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +138,27 @@ pub fn to_prune<'a>(inventory: &'a [ChildStatus], desired: &[ChildStatus]) -> Ve
                 .any(|d| d.key == line.key && d.same_object(line))
         })
         .collect()
+}
+
+/// Why removing `stale` from an inventory of `total` children is held,
+/// naming them: more than half of the children, and more than one (a
+/// plugin answering none by mistake would otherwise delete them all).
+/// `None` when it may go ahead, or the parent allows it (`allowed`).
+pub fn prune_held(total: usize, stale: &[&ChildStatus], allowed: bool) -> Option<String> {
+    let mass = stale.len() > 1 && stale.len() * 2 > total;
+    if !mass || allowed {
+        return None;
+    }
+    let named: Vec<String> = stale
+        .iter()
+        .map(|c| format!("{:?} ({})", c.key, c.describe()))
+        .collect();
+    Some(format!(
+        "the plugin no longer asks for {} of the {total} children ({}): nothing was deleted; \
+         annotate the object {ALLOW_MASS_PRUNE}=true to let them go",
+        stale.len(),
+        named.join(", ")
+    ))
 }
 
 /// The `ChildrenReady` condition's status, reason and message for the

@@ -24,6 +24,9 @@ mod writes;
 
 pub use events::Events;
 
+use children::Applied;
+use writes::Written;
+
 use crate::Hooks;
 use crate::binding::{self, bound_implementation, bound_major_version};
 use crate::children::ChildStatus;
@@ -216,14 +219,12 @@ impl Context {
         self.warning(object, reason, &message, action).await;
         let outcome = Outcome::NotDelegated { reason, message };
         let children = inventory(object);
-        self.write_outcome(
-            api,
-            object,
-            bound_implementation(object),
-            &outcome,
-            &children,
-        )
-        .await?;
+        let written = Written {
+            children: &children,
+            prune_held: None,
+        };
+        self.write_outcome(api, object, bound_implementation(object), &outcome, written)
+            .await?;
         Ok(())
     }
 
@@ -359,16 +360,30 @@ impl Context {
             None => answer.plugin.implementation.clone(),
         };
         // A failed answer leaves the children as they are.
-        let children = match answer.success {
+        let Applied {
+            lines: children,
+            prune_held,
+        } = match answer.success {
             true if !(answer.desired_children.is_empty() && inventory.is_empty()) => {
                 self.apply_children(object, &answer.desired_children, &inventory, &observed)
                     .await
             }
-            _ => inventory,
+            _ => Applied {
+                lines: inventory,
+                prune_held: None,
+            },
         };
+        if let Some(held) = &prune_held {
+            warn!(object = %key, %held, "a mass prune is held");
+            self.warning(object, "PrunePaused", held, "Reconcile").await;
+        }
         let outcome = Outcome::Answered(&answer);
+        let written = Written {
+            children: &children,
+            prune_held: prune_held.as_deref(),
+        };
         let wrote = self
-            .write_outcome(api, object, Some(&binding), &outcome, &children)
+            .write_outcome(api, object, Some(&binding), &outcome, written)
             .await?;
         self.write_extension_statuses(object, &extensions, &answer)
             .await;

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kplug_api::v1alpha1::{PluginRef, ReconcileStatus, ResultCondition, SelectionReason};
 use serde_json::{Map, Value, json};
 
-use crate::children::{self, CHILDREN_READY, ChildStatus};
+use crate::children::{self, CHILDREN_READY, ChildStatus, PRUNE_PAUSED};
 
 /// Status fields the operator itself sets; a plugin's `objectStatus` cannot
 /// replace them.
@@ -139,6 +139,8 @@ pub struct Desired<'a> {
     /// The children's inventory after this reconcile; empty for an object
     /// that has none.
     pub children: &'a [ChildStatus],
+    /// Why children no longer desired were kept (a mass prune held).
+    pub prune_held: Option<&'a str>,
 }
 
 fn condition(type_: &str, status: bool, reason: &str, message: &str) -> ResultCondition {
@@ -153,7 +155,11 @@ fn condition(type_: &str, status: bool, reason: &str, message: &str) -> ResultCo
 /// `Ready` and `Synced` as the operator derives them, `ChildrenReady` for
 /// an object with `children` (`Ready` requires it), then the plugin's
 /// other conditions.
-fn conditions_of(outcome: &Outcome<'_>, children: &[ChildStatus]) -> Vec<ResultCondition> {
+fn conditions_of(
+    outcome: &Outcome<'_>,
+    children: &[ChildStatus],
+    prune_held: Option<&str>,
+) -> Vec<ResultCondition> {
     let mut conditions = plugin_conditions(outcome);
     if children.is_empty() || matches!(outcome, Outcome::NotDelegated { .. }) {
         return conditions;
@@ -163,6 +169,9 @@ fn conditions_of(outcome: &Outcome<'_>, children: &[ChildStatus]) -> Vec<ResultC
         conditions[0] = condition(READY, false, reason, &message);
     }
     conditions.insert(2, condition(CHILDREN_READY, ready, reason, &message));
+    if let Some(held) = prune_held {
+        conditions.insert(3, condition(PRUNE_PAUSED, true, "MassPruneHeld", held));
+    }
     conditions
 }
 
@@ -241,7 +250,7 @@ impl Desired<'_> {
     /// owned fields that are left out) and only the conditions change.
     pub fn status(&self, outcome: &Outcome<'_>) -> Map<String, Value> {
         let mut status = Map::new();
-        let written = conditions_of(outcome, self.children);
+        let written = conditions_of(outcome, self.children, self.prune_held);
         let mut conditions: Vec<Value> = written.iter().map(|c| self.write_condition(c)).collect();
         match outcome {
             Outcome::NotDelegated { .. } => {

@@ -3,20 +3,22 @@
 //! Deployment and a Service for each Website, and the zero-code operator
 //! applies them in waves as the Website's, records them in its
 //! `status.children`, holds `Ready` until they are, leaves alone what
-//! another manager set, prunes what the plugin stops asking for, and
-//! removes them, highest wave first, before the Website goes.
+//! another manager set, prunes what the plugin stops asking for (but holds
+//! a mass prune until the Website allows it, and abandons a child marked
+//! to be kept), and removes them, highest wave first, before the Website
+//! goes.
 //!
 //! This control plane runs no controller-manager: no Deployment ever
 //! becomes available here, which is what shows `Ready` waiting for it.
 
 mod support;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kplug_test_support::{
-    Process, free_port, output_text, plugin_identity, plugin_tls, repo_root, wait_plugin_ready,
-    wait_until, workspace_binary,
+    Process, free_port, hello_plugin_command, output_text, plugin_identity, plugin_tls, repo_root,
+    wait_plugin_ready, wait_until, workspace_binary,
 };
 use serde_json::Value;
 use support::widgets::Widgets;
@@ -75,7 +77,7 @@ fn site(pages: &str, expose: bool) -> String {
 
 #[test]
 fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
-    let (world, _plugin) = start();
+    let (world, mut plugin) = start();
     let kubeconfig = world.cluster.kubeconfig();
     let _operator = world.run_operator_for(WEBSITES, "default", &kubeconfig, &[]);
     world.cluster.apply(&site("<h1>one</h1>", true));
@@ -178,28 +180,124 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
     });
 
     // Deleted: the children go before the Website does.
+    world
+        .cluster
+        .apply(&site("<h1>other</h1>", true).replace("name: hello", "name: other"));
+    wait_until("the other site's Service", Duration::from_secs(60), || {
+        get(&world, "service/other").map(|_| ())
+    });
     world.cluster.kubectl_ok(&[
         "delete",
         "website",
-        "hello",
+        "other",
         "-n",
         "default",
         "--wait=false",
     ]);
     wait_until(
-        "the Website and its children gone",
+        "the other Website and its children gone",
         Duration::from_secs(60),
         || {
-            let left: Vec<&str> = ["website/hello", "deployment/hello", "configmap/hello-pages"]
-                .into_iter()
-                .filter(|what| {
-                    let output = world.cluster.kubectl(&["get", what, "-n", "default"]);
-                    !output_text(&output).contains("NotFound")
-                })
-                .collect();
+            let left: Vec<&str> = [
+                "website/other",
+                "deployment/other",
+                "service/other",
+                "configmap/other-pages",
+            ]
+            .into_iter()
+            .filter(|what| {
+                let output = world.cluster.kubectl(&["get", what, "-n", "default"]);
+                !output_text(&output).contains("NotFound")
+            })
+            .collect();
             left.is_empty()
                 .then_some(())
                 .ok_or_else(|| format!("{left:?}"))
+        },
+    );
+
+    // A release that asks for no children at all (the hello plugin, in the
+    // website plugin's place): nothing is deleted, and the Website says why.
+    plugin.terminate(Duration::from_secs(10));
+    let token = world.work.path().join("website.token");
+    let _hello = Process::spawn(
+        hello_plugin_command(&world.kplug, "website", &token)
+            .args(["--api", "websites.sites.example.com/v1alpha1"])
+            .args([
+                "--implementation",
+                "BusyboxHttpd",
+                "--heartbeat-interval",
+                "1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit()),
+        "hello as website",
+    );
+    world.cluster.apply(&site("<h1>three</h1>", false));
+    wait_until("the mass prune held", Duration::from_secs(60), || {
+        let website = get(&world, "website/hello")?;
+        let paused = condition(&website, "PrunePaused")
+            .cloned()
+            .unwrap_or_default();
+        let held = paused["status"] == "True"
+            && paused["message"].as_str().is_some_and(|m| {
+                m.contains("no longer asks for 2 of the 2 children")
+                    && m.contains("plugins.kplug.io/allow-mass-prune=true")
+            });
+        held.then_some(())
+            .ok_or_else(|| website["status"].to_string())
+    });
+    get(&world, "deployment/hello").expect("the Deployment is kept");
+    let events = world.cluster.kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "reason=PrunePaused",
+        "-o",
+        "jsonpath={.items[*].type}",
+    ]);
+    assert!(events.contains("Warning"), "{events}");
+
+    // Allowed: the Deployment goes, and the ConfigMap marked to be kept is
+    // abandoned: it stays, no longer the Website's.
+    world.cluster.kubectl_ok(&[
+        "annotate",
+        "configmap",
+        "hello-pages",
+        "-n",
+        "default",
+        "plugins.kplug.io/prune=disabled",
+    ]);
+    world.cluster.kubectl_ok(&[
+        "annotate",
+        "website",
+        "hello",
+        "-n",
+        "default",
+        "plugins.kplug.io/allow-mass-prune=true",
+    ]);
+    wait_until(
+        "the Deployment pruned, the pages abandoned",
+        Duration::from_secs(60),
+        || {
+            let deployment =
+                world
+                    .cluster
+                    .kubectl(&["get", "deployment", "hello", "-n", "default"]);
+            let pages = get(&world, "configmap/hello-pages")?;
+            let website = get(&world, "website/hello")?;
+            let done = output_text(&deployment).contains("NotFound")
+                && pages["metadata"].get("ownerReferences").is_none()
+                && pages["metadata"]["labels"]
+                    .get("plugins.kplug.io/parent-uid")
+                    .is_none()
+                && pages["data"]["index.html"] == "<h1>two</h1>"
+                && website["status"].get("children").is_none()
+                && condition(&website, "PrunePaused").is_none();
+            done.then_some(())
+                .ok_or_else(|| format!("{pages}; {}", website["status"]))
         },
     );
 }

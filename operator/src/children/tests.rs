@@ -146,3 +146,29 @@ fn the_default_rule_reads_workloads_jobs_and_conditions() {
         "status": {"desiredNumberScheduled": 1, "updatedNumberScheduled": 1, "numberAvailable": 0}});
     assert!(!ready_by_default(&daemon_set));
 }
+
+#[test]
+fn pruning_more_than_half_and_more_than_one_is_held_until_allowed() {
+    let inventory = [
+        line("pages", "ConfigMap", "site"),
+        line("web", "Deployment", "web"),
+        line("svc", "Service", "web"),
+    ];
+    let stale = |n: usize| inventory.iter().take(n).collect::<Vec<_>>();
+    assert_eq!(prune_held(3, &stale(1), false), None, "one child may go");
+    let held = prune_held(3, &stale(2), false).expect("two of three held");
+    assert_eq!(
+        held,
+        "the plugin no longer asks for 2 of the 3 children (\"pages\" (ConfigMap shop/site), \
+         \"web\" (Deployment shop/web)): nothing was deleted; annotate the object \
+         plugins.kplug.io/allow-mass-prune=true to let them go"
+    );
+    assert_eq!(prune_held(3, &stale(2), true), None, "allowed");
+    assert!(prune_held(3, &stale(3), false).is_some(), "all of them");
+    assert_eq!(
+        prune_held(4, &stale(2), false),
+        None,
+        "half is not more than half"
+    );
+    assert_eq!(prune_held(1, &stale(1), false), None, "a lone child may go");
+}

@@ -17,7 +17,8 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::children::{
-    self, ChildStatus, KEY_ANNOTATION, PARENT_UID_LABEL, field_manager, ready_by_default,
+    self, ALLOW_MASS_PRUNE, ChildStatus, KEY_ANNOTATION, PARENT_UID_LABEL, PRUNE, PRUNE_DISABLED,
+    field_manager, ready_by_default,
 };
 
 /// Where a child's kind is served.
@@ -25,6 +26,14 @@ use crate::children::{
 pub struct ChildKind {
     resource: ApiResource,
     namespaced: bool,
+}
+
+/// What applying a plugin's children came to.
+pub struct Applied {
+    /// The new inventory.
+    pub lines: Vec<ChildStatus>,
+    /// Why children no longer desired were kept: a mass prune held.
+    pub prune_held: Option<String>,
 }
 
 /// What became of one child this reconcile.
@@ -108,16 +117,17 @@ impl Context {
     }
 
     /// Applies the desired children of the waves whose lower waves are
-    /// ready, removes those the answer no longer has, and returns the new
-    /// inventory. A child the API refuses is reported on its line; the
-    /// others still apply.
+    /// ready, removes those the answer no longer has (unless that is a mass
+    /// prune the parent does not allow), and returns the new inventory. A
+    /// child the API refuses is reported on its line; the others still
+    /// apply.
     pub(super) async fn apply_children(
         &self,
         parent: &DynamicObject,
         desired: &[DesiredChild],
         inventory: &[ChildStatus],
         observed: &[(String, DynamicObject)],
-    ) -> Vec<ChildStatus> {
+    ) -> Applied {
         let ready_now = |key: &str| {
             inventory
                 .iter()
@@ -159,7 +169,18 @@ impl Context {
             lines.push(line);
         }
         lines.sort_by_key(|l| desired.iter().position(|c| c.key == l.key));
-        for stale in children::to_prune(inventory, &lines) {
+        let stale = children::to_prune(inventory, &lines);
+        let allowed = parent
+            .annotations()
+            .get(ALLOW_MASS_PRUNE)
+            .map(String::as_str)
+            == Some("true");
+        let prune_held = children::prune_held(inventory.len(), &stale, allowed);
+        if prune_held.is_some() {
+            lines.extend(stale.into_iter().cloned());
+            return Applied { lines, prune_held };
+        }
+        for stale in stale {
             if let Gone::No(why) = self.remove_child(parent, stale).await {
                 // Kept in the inventory, so that the next reconcile tries again.
                 warn!(child = %stale.describe(), %why, "a child no longer desired is not removed yet");
@@ -169,7 +190,7 @@ impl Context {
                 });
             }
         }
-        lines
+        Applied { lines, prune_held }
     }
 
     /// Server-side applies one child as `parent`'s.
@@ -208,7 +229,8 @@ impl Context {
         line
     }
 
-    /// Deletes the child `line` names if `parent` controls it.
+    /// Deletes the child `line` names if `parent` controls it, or abandons
+    /// it when it is marked so ([`children::PRUNE`]).
     async fn remove_child(&self, parent: &DynamicObject, line: &ChildStatus) -> Gone {
         let api = match self.child_api(parent, line).await {
             Ok(api) => api,
@@ -224,6 +246,11 @@ impl Context {
             Ok(Some(child)) if child.metadata.deletion_timestamp.is_some() => {
                 Gone::No(format!("{} is being deleted", line.describe()))
             }
+            Ok(Some(child))
+                if child.annotations().get(PRUNE).map(String::as_str) == Some(PRUNE_DISABLED) =>
+            {
+                self.abandon_child(&api, line).await
+            }
             Ok(Some(_)) => match api.delete(&line.name, &DeleteParams::background()).await {
                 Ok(_) => {
                     info!(child = %line.describe(), key = %line.key, "removed a child");
@@ -231,6 +258,24 @@ impl Context {
                 }
                 Err(error) => Gone::No(crate::words::kube_error(&error)),
             },
+            Err(error) => Gone::No(crate::words::kube_error(&error)),
+        }
+    }
+
+    /// Lets go of a child marked not to be deleted: its owner reference,
+    /// parent label and key annotation are removed, the rest stays.
+    async fn abandon_child(&self, api: &Api<DynamicObject>, line: &ChildStatus) -> Gone {
+        let patch = json!({"metadata": {
+            "ownerReferences": null,
+            "labels": {PARENT_UID_LABEL: null},
+            "annotations": {KEY_ANNOTATION: null},
+        }});
+        let params = PatchParams::default();
+        match api.patch(&line.name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                info!(child = %line.describe(), key = %line.key, "abandoned a child marked {PRUNE}={PRUNE_DISABLED}");
+                Gone::Yes
+            }
             Err(error) => Gone::No(crate::words::kube_error(&error)),
         }
     }

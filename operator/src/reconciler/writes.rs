@@ -15,6 +15,15 @@ use crate::extensions::{self, ExtensionRef};
 use crate::metrics::WriteTarget;
 use crate::status::{Desired, Outcome, Owned, RETRYING, needs_write, reporter};
 
+/// What a reconcile knows of the object's children, for its status.
+#[derive(Clone, Copy)]
+pub(super) struct Written<'a> {
+    /// The inventory after the reconcile.
+    pub children: &'a [ChildStatus],
+    /// Why a mass prune was held, if it was.
+    pub prune_held: Option<&'a str>,
+}
+
 impl Context {
     pub(super) async fn event(
         &self,
@@ -83,15 +92,15 @@ impl Context {
         Ok(true)
     }
 
-    /// Writes the object's status for `outcome` and its `children`'s
-    /// inventory, when it changes anything.
+    /// Writes the object's status for `outcome` and its children, when it
+    /// changes anything.
     pub(super) async fn write_outcome(
         &self,
         api: &Api<DynamicObject>,
         object: &DynamicObject,
         binding: Option<&str>,
         outcome: &Outcome<'_>,
-        children: &[ChildStatus],
+        written: Written<'_>,
     ) -> Result<bool, ReconcileError> {
         let owned = Owned::read(&object.metadata, &self.options.field_manager);
         let desired = Desired {
@@ -101,7 +110,8 @@ impl Context {
             binding,
             layout: &self.options.object_status,
             now: Timestamp::now(),
-            children,
+            children: written.children,
+            prune_held: written.prune_held,
         }
         .status(outcome);
         self.write_status(api, object, desired, &owned, WriteTarget::Object)

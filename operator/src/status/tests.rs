@@ -51,6 +51,7 @@ fn answer(success: bool) -> ReconcileStatus {
 fn desired<'a>(current: &'a Value, owned: &'a Owned, now: Timestamp) -> Desired<'a> {
     Desired {
         children: &[],
+        prune_held: None,
         current,
         owned,
         generation: Some(3),
@@ -333,6 +334,18 @@ fn children_are_listed_and_ready_waits_for_them() {
     }
     .status(&Outcome::Answered(&answer(false)));
     assert_eq!(status["conditions"][0]["reason"], "UnknownColumnType");
+    // A held prune is a condition of its own.
+    let status = Desired {
+        children: &all_ready,
+        prune_held: Some("held"),
+        ..desired(&current, &owned, at(0))
+    }
+    .status(&Outcome::Answered(&answer(true)));
+    let paused = &status["conditions"][3];
+    assert_eq!(
+        (&paused["type"], &paused["status"], &paused["message"]),
+        (&json!("PrunePaused"), &json!("True"), &json!("held"))
+    );
     // Without children: no list, no condition.
     let status = desired(&current, &owned, at(0)).status(&Outcome::Answered(&answer(true)));
     assert!(status.get("children").is_none());
