@@ -8,7 +8,9 @@
 //! - the watched extension resources (generation changes), mapped to the
 //!   objects that refer to them;
 //! - Plugins of the resource's API turning Ready (kplug's own watch API,
-//!   through kube-apiserver), mapped to the objects waiting for a plugin.
+//!   through kube-apiserver), mapped to the objects waiting for a plugin;
+//! - the children the operator applied changing, mapped to their parent
+//!   (`child_watch`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
@@ -195,6 +197,9 @@ pub async fn run(
     let (wake, woken) = mpsc::unbounded();
     let _prober = AbortOnDropHandle::new(tokio::spawn(wake_when_kplug_answers(ctx.clone(), wake)));
     controller = controller.reconcile_on(woken);
+    if let Some(children_changed) = ctx.child_watches.take_woken() {
+        controller = controller.reconcile_on(children_changed);
+    }
 
     // The controller wants a `Sync` trigger; a oneshot receiver is one.
     let (stop, stopped) = oneshot::channel::<()>();

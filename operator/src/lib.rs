@@ -23,6 +23,7 @@
 //! ```
 
 pub mod binding;
+mod child_watch;
 mod children;
 mod config;
 mod controller;

@@ -29,6 +29,7 @@ use writes::Written;
 
 use crate::Hooks;
 use crate::binding::{self, bound_implementation, bound_major_version};
+use crate::child_watch::ChildWatches;
 use crate::children::ChildStatus;
 use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
@@ -36,8 +37,8 @@ use crate::extensions::{ExtensionError, Resolver};
 use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
 use crate::status::{Outcome, RETRYING, reporter};
 
-/// How soon an object whose children are not all ready is looked at
-/// again: until the operator watches its children's kinds, it polls them.
+/// How soon a parent whose children are being removed is looked at again
+/// (their deletion also wakes it, through the watch on their kind).
 const CHILDREN_POLL: Duration = Duration::from_secs(2);
 
 /// Why a reconcile ended early; each carries when to try again.
@@ -96,6 +97,8 @@ pub struct Context {
     retrying: Mutex<HashSet<ObjectRef<DynamicObject>>>,
     /// Where each kind of child is served, by `apiVersion/kind`.
     child_kinds: Mutex<HashMap<String, children::ChildKind>>,
+    /// The watches on the children's kinds.
+    pub child_watches: ChildWatches,
 }
 
 impl Context {
@@ -125,6 +128,7 @@ impl Context {
             metrics,
             retrying: Mutex::default(),
             child_kinds: Mutex::default(),
+            child_watches: ChildWatches::default(),
         }
     }
 
@@ -394,9 +398,14 @@ impl Context {
             .requeue_after_seconds
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64);
-        let children_waiting = children.iter().any(|c| !c.ready || !c.error.is_empty());
-        let asked = match children_waiting {
-            true => Some(asked.map_or(CHILDREN_POLL, |a| a.min(CHILDREN_POLL))),
+        // A child not ready wakes its parent when it changes (the watch on
+        // its kind); one the API refused is tried again with backoff.
+        let refused = children.iter().any(|c| !c.error.is_empty());
+        let asked = match refused {
+            true => {
+                let backoff = self.backoff(object);
+                Some(asked.map_or(backoff, |a| a.min(backoff)))
+            }
             false => asked,
         };
         let (requeue_in, result) = if answer.success {

@@ -8,8 +8,9 @@
 //! to be kept), and removes them, highest wave first, before the Website
 //! goes.
 //!
-//! This control plane runs no controller-manager: no Deployment ever
-//! becomes available here, which is what shows `Ready` waiting for it.
+//! This control plane runs no controller-manager: no Deployment becomes
+//! available by itself, which shows `Ready` waiting for it; the test then
+//! writes the Deployment's status as its controller would.
 
 mod support;
 
@@ -140,6 +141,44 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
                 .ok_or_else(|| website["status"].to_string())
         },
     );
+
+    // The Deployment turning available (its controller's status write,
+    // made here by hand: no controller-manager runs) wakes the Website
+    // through the watch on Deployments, well before its 5-minute resync.
+    world.cluster.kubectl_ok(&[
+        "patch",
+        "deployment",
+        "hello",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"observedGeneration":1,"replicas":1,"updatedReplicas":1,"readyReplicas":1,"availableReplicas":1}}"#,
+    ]);
+    wait_until(
+        "Ready once the Deployment is available",
+        Duration::from_secs(20),
+        || {
+            let website = get(&world, "website/hello")?;
+            let ready = condition(&website, "Ready").cloned().unwrap_or_default();
+            let children_ready = condition(&website, "ChildrenReady")
+                .cloned()
+                .unwrap_or_default();
+            (ready["status"] == "True"
+                && children_ready["status"] == "True"
+                && website["status"]["availableReplicas"] == 1)
+                .then_some(())
+                .ok_or_else(|| website["status"].to_string())
+        },
+    );
+    // A child deleted by hand is applied again, as soon.
+    world
+        .cluster
+        .kubectl_ok(&["delete", "service", "hello", "-n", "default"]);
+    wait_until("the Service back", Duration::from_secs(20), || {
+        get(&world, "service/hello").map(|_| ())
+    });
 
     // A label another manager sets on a child stays through the next apply;
     // the pages follow the spec.

@@ -214,6 +214,10 @@ impl Context {
             );
             return line;
         }
+        if let Ok(kind) = &kind {
+            let namespace = self.options.namespace.as_deref();
+            (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
+        }
         let body = owned_child(parent, child, &line);
         let params = PatchParams::apply(&field_manager(&uid(parent))).force();
         match api.patch(&line.name, &params, &Patch::Apply(&body)).await {

@@ -1,0 +1,102 @@
+//! Watches on the kinds of the children the operator applied: a change to
+//! a child (its status turning ready, an edit, its deletion) reconciles
+//! its parent at once. A kind is watched from the first child of it the
+//! operator applies, on the children's parent-UID label only, each event
+//! mapped to the parent through the child's controller owner reference.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use parking_lot::Mutex;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::info;
+
+use crate::children::PARENT_UID_LABEL;
+
+/// The watches started so far, and where their events go.
+pub struct ChildWatches {
+    /// By `apiVersion/kind`; a watch stops when this is dropped.
+    watches: Mutex<HashMap<String, AbortOnDropHandle<()>>>,
+    wake: mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
+    /// Taken once by the controller: the parents to reconcile.
+    woken: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>>,
+}
+
+impl Default for ChildWatches {
+    fn default() -> Self {
+        let (wake, woken) = mpsc::unbounded();
+        Self {
+            watches: Mutex::default(),
+            wake,
+            woken: Mutex::new(Some(woken)),
+        }
+    }
+}
+
+impl ChildWatches {
+    /// The parents to reconcile as their children change; `None` after
+    /// the first call.
+    pub fn take_woken(&self) -> Option<mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>> {
+        self.woken.lock().take()
+    }
+
+    /// Watches `child`'s kind, unless it is watched already, in
+    /// `namespace` (all namespaces for `None`), waking parents of `parent`'s
+    /// resource.
+    pub fn ensure(
+        &self,
+        client: &Client,
+        child: &ApiResource,
+        namespace: Option<&str>,
+        parent: &ApiResource,
+    ) {
+        let key = format!("{}/{}", child.api_version, child.kind);
+        let mut watches = self.watches.lock();
+        if watches.contains_key(&key) {
+            return;
+        }
+        let api = match namespace {
+            Some(namespace) => {
+                Api::<DynamicObject>::namespaced_with(client.clone(), namespace, child)
+            }
+            None => Api::all_with(client.clone(), child),
+        };
+        let config = watcher::Config::default().labels(PARENT_UID_LABEL);
+        let (wake, parent) = (self.wake.clone(), parent.clone());
+        let changes = watcher(api, config).default_backoff().touched_objects();
+        let task = tokio::spawn(async move {
+            changes
+                .for_each(|change| {
+                    if let Ok(child) = change
+                        && let Some(parent) = parent_of(&child, &parent)
+                    {
+                        let _ = wake.unbounded_send(parent);
+                    }
+                    std::future::ready(())
+                })
+                .await;
+        });
+        info!(kind = %key, "watching the operator's children of this kind");
+        watches.insert(key, AbortOnDropHandle::new(task));
+    }
+}
+
+/// The parent of `child` among objects of `parent`: its controller owner
+/// reference, in the child's namespace.
+fn parent_of(child: &DynamicObject, parent: &ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    let owner = child.owner_references().iter().find(|owner| {
+        owner.controller == Some(true)
+            && owner.api_version == parent.api_version
+            && owner.kind == parent.kind
+    })?;
+    let found = ObjectRef::new_with(&owner.name, parent.clone());
+    Some(match child.namespace() {
+        Some(namespace) => found.within(&namespace),
+        None => found,
+    })
+}
