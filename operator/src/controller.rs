@@ -203,12 +203,21 @@ pub async fn run(
 
     // The controller wants a `Sync` trigger; a oneshot receiver is one.
     let (stop, stopped) = oneshot::channel::<()>();
+    let (early, stopped_early) = oneshot::channel::<()>();
+    let first_list = store.clone();
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(());
+        // kube-runtime holds every reconcile until the store has its first
+        // list, and a graceful shutdown before then waits for that list
+        // forever (the watch is no longer read): nothing has run, so there
+        // is nothing to finish.
+        if first_list.wait_until_ready().now_or_never().is_none() {
+            let _ = early.send(());
+        }
     });
     info!(resource = %format!("{}.{}", resource.plural, resource.group), "controller started");
-    controller
+    let running = controller
         .graceful_shutdown_on(stopped.map(|_| ()))
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -224,7 +233,17 @@ pub async fn run(
                     warn!(%error, "controller");
                 }
             }
-        })
-        .await;
+        });
+    let before_first_list = async {
+        match stopped_early.await {
+            Ok(()) => info!("stopped before the first list of the resource: nothing to finish"),
+            // Stopped after it, or not at all: the controller finishes.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = running => {}
+        () = before_first_list => {}
+    }
     info!("controller stopped");
 }
