@@ -14,8 +14,10 @@ use kplug_api::v1alpha1::DesiredChild;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod drift;
 mod readiness;
 
+pub use drift::{Drift, drift};
 pub use kplug_api::children::KEY_ANNOTATION;
 pub use readiness::ready_by_default;
 
@@ -61,6 +63,10 @@ pub struct ChildStatus {
     /// Why its last apply failed; empty when it succeeded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// The last drift undone: fields of the child another manager changed,
+    /// which the operator applied again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<Drift>,
 }
 
 fn is_zero(wave: &i32) -> bool {

@@ -100,6 +100,11 @@ struct WriteLabels {
 type EventLabels = [(&'static str, String); 2];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
     name: String,
 }
@@ -131,6 +136,7 @@ pub struct Metrics {
     status_writes: Family<WriteLabels, Counter>,
     events: Family<EventLabels, Counter>,
     event_failures: Counter,
+    child_drifts: Family<KindLabels, Counter>,
     leader: Family<LeaseLabels, Gauge>,
 }
 
@@ -156,6 +162,7 @@ impl Metrics {
             status_writes: Family::default(),
             events: Family::default(),
             event_failures: Counter::default(),
+            child_drifts: Family::default(),
             leader: Family::default(),
         };
         // As controller-runtime does: every series exists from the start,
@@ -248,6 +255,12 @@ impl Metrics {
             "kplug_operator_event_failures",
             "Events that could not be recorded",
             self.event_failures.clone(),
+        );
+        registry.register(
+            "kplug_operator_child_drifts",
+            "Children applied again because another field manager had changed a field \
+             the plugin asks for (drift undone), by the child's kind",
+            self.child_drifts.clone(),
         );
         registry.register(
             "leader_election_master_status",
@@ -344,6 +357,14 @@ impl Metrics {
         let type_ = if normal { "Normal" } else { "Warning" };
         let labels = [("type", type_.to_owned()), ("reason", reason.to_owned())];
         self.events.get_or_create(&labels).inc();
+    }
+
+    /// Counts a drift undone on a child of `kind`.
+    pub fn child_drifted(&self, kind: &str) {
+        let labels = KindLabels {
+            kind: kind.to_owned(),
+        };
+        self.child_drifts.get_or_create(&labels).inc();
     }
 
     /// Sets `leader_election_master_status` for the Lease `lease`.

@@ -3,7 +3,8 @@
 //! Deployment and a Service for each Website, and the zero-code operator
 //! applies them in waves as the Website's, records them in its
 //! `status.children`, holds `Ready` until they are, leaves alone what
-//! another manager set, prunes what the plugin stops asking for (but holds
+//! another manager set, undoes and reports a change to what the plugin asks
+//! for (drift), prunes what the plugin stops asking for (but holds
 //! a mass prune until the Website allows it, and abandons a child marked
 //! to be kept), and removes them, highest wave first, before the Website
 //! goes.
@@ -199,6 +200,48 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
     });
     let pages = get(&world, "configmap/hello-pages").expect("the pages");
     assert_eq!(pages["metadata"]["labels"]["team"], "web", "{pages}");
+
+    // A field the plugin asks for, changed by hand: applied again at once
+    // (the watch), and reported on the child's line and as an Event.
+    world.cluster.kubectl_ok(&[
+        "patch",
+        "configmap",
+        "hello-pages",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"index.html":"hacked"}}"#,
+    ]);
+    wait_until(
+        "the drift undone and reported",
+        Duration::from_secs(20),
+        || {
+            let pages = get(&world, "configmap/hello-pages")?;
+            let website = get(&world, "website/hello")?;
+            let drifted = &website["status"]["children"][0]["drifted"];
+            let undone = pages["data"]["index.html"] == "<h1>two</h1>"
+                && drifted["fields"] == serde_json::json!(["data.index.html"])
+                && drifted["managers"] == serde_json::json!(["kubectl-patch"]);
+            undone
+                .then_some(())
+                .ok_or_else(|| format!("{}; {}", pages["data"], website["status"]["children"]))
+        },
+    );
+    let events = world.cluster.kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "reason=ChildDrifted",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("data.index.html changed by kubectl-patch; applied again"),
+        "{events}"
+    );
 
     // A child the plugin stops asking for is removed, and leaves the inventory.
     world.cluster.apply(&site("<h1>two</h1>", false));

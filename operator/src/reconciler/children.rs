@@ -156,7 +156,13 @@ impl Context {
             }
             for child in next {
                 applied.push(child.key.clone());
-                let line = self.apply_child(parent, child).await;
+                let live = observed.iter().find(|(key, _)| *key == child.key);
+                let before = inventory.iter().find(|l| l.key == child.key);
+                let mut line = self.apply_child(parent, child, live.map(|(_, l)| l)).await;
+                // The last drift undone stays on the line until another.
+                if line.drifted.is_none() {
+                    line.drifted = before.and_then(|b| b.drifted.clone());
+                }
                 lines.retain(|l| l.key != line.key);
                 lines.push(line);
             }
@@ -193,8 +199,14 @@ impl Context {
         Applied { lines, prune_held }
     }
 
-    /// Server-side applies one child as `parent`'s.
-    async fn apply_child(&self, parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
+    /// Server-side applies one child as `parent`'s; `live` is the child as
+    /// observed before, whose drift it reports.
+    async fn apply_child(
+        &self,
+        parent: &DynamicObject,
+        child: &DesiredChild,
+        live: Option<&DynamicObject>,
+    ) -> ChildStatus {
         let mut line = line_of(parent, child);
         let api = match self.child_api(parent, &line).await {
             Ok(api) => api,
@@ -218,8 +230,27 @@ impl Context {
             let namespace = self.options.namespace.as_deref();
             (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
         }
+        let manager = field_manager(&uid(parent));
+        let drifted = live.and_then(|live| {
+            let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
+            let live = serde_json::to_value(live).unwrap_or_default();
+            children::drift(&child.object, &live, managed, &manager)
+        });
+        if let Some(drift) = &drifted {
+            let note = format!(
+                "child {:?} ({}): {}; applied again",
+                line.key,
+                line.describe(),
+                drift.describe()
+            );
+            warn!(%note, "drift undone");
+            self.warning(parent, "ChildDrifted", &note, "Reconcile")
+                .await;
+            self.metrics.child_drifted(&line.kind);
+            line.drifted = drifted;
+        }
         let body = owned_child(parent, child, &line);
-        let params = PatchParams::apply(&field_manager(&uid(parent))).force();
+        let params = PatchParams::apply(&manager).force();
         match api.patch(&line.name, &params, &Patch::Apply(&body)).await {
             Ok(live) => {
                 line.namespace = live.namespace().unwrap_or_default();
@@ -337,6 +368,7 @@ fn line_of(parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
         ready: false,
         wave: child.wave,
         error: String::new(),
+        drifted: None,
     }
 }
 
