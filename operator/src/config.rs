@@ -60,6 +60,11 @@ pub struct Options {
     /// Extension resources (`resource.group`) whose changes re-reconcile
     /// the objects that refer to them.
     pub watched_extensions: Vec<String>,
+    /// Kinds of children (`resource.group`, or `resource` in the core
+    /// group) watched from the start, before the operator applies one of
+    /// them: a child's change reconciles its parent even right after a
+    /// restart. Other kinds are watched from their first child applied.
+    pub child_resources: Vec<String>,
     /// Only objects in this namespace; all when `None`.
     pub namespace: Option<String>,
     /// Objects reconciled at once.
@@ -91,6 +96,7 @@ impl Default for Options {
             version_constraint_path: FieldPath::parse_static("spec.pluginVersion"),
             object_status: ObjectStatusLayout::Merged,
             watched_extensions: Vec::new(),
+            child_resources: Vec::new(),
             namespace: None,
             concurrency: 16,
             resync: Duration::from_secs(300),
@@ -195,6 +201,16 @@ pub struct OperatorArgs {
         value_delimiter = ','
     )]
     pub watched_extensions: Vec<String>,
+    /// A kind of child (resource.group, or resource for the core group,
+    /// e.g. deployments.apps, services) to watch from the start; repeat or
+    /// separate with commas. Other kinds are watched from the first child
+    /// of them applied.
+    #[arg(
+        long = "child-resource",
+        env = "KPLUG_OPERATOR_CHILD_RESOURCES",
+        value_delimiter = ','
+    )]
+    pub child_resources: Vec<String>,
     /// Only reconcile objects in this namespace (default: all).
     #[arg(long, short = 'n', env = "KPLUG_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
@@ -312,6 +328,7 @@ impl OperatorArgs {
                 .clone()
                 .map_or(ObjectStatusLayout::Merged, ObjectStatusLayout::Under),
             watched_extensions: self.watched_extensions.clone(),
+            child_resources: self.child_resources.clone(),
             namespace: self.namespace.clone(),
             concurrency: self.concurrency,
             resync: self.resync,
@@ -351,6 +368,8 @@ mod tests {
             "FollowSelection",
             "--watch-extension",
             "a.example.com,b.example.com",
+            "--child-resource",
+            "deployments.apps,services",
             "--resync",
             "1m30s",
             "--leader-elect=false",
@@ -364,6 +383,7 @@ mod tests {
             options.watched_extensions,
             ["a.example.com", "b.example.com"]
         );
+        assert_eq!(options.child_resources, ["deployments.apps", "services"]);
         assert_eq!(options.resync, Duration::from_secs(90));
         assert!(options.leader_election.is_none());
         assert_eq!(

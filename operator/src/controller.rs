@@ -124,10 +124,19 @@ fn referring(
         .collect()
 }
 
+/// The resources watched besides the operator's own, resolved at startup.
+#[derive(Clone, Debug, Default)]
+pub struct Watched {
+    /// `--watch-extension`: changes wake the objects that refer to them.
+    pub extensions: Vec<ApiResource>,
+    /// `--child-resource`: changes wake the child's parent.
+    pub children: Vec<ApiResource>,
+}
+
 /// Runs the controller until `shutdown`, then lets reconciles under way finish.
 pub async fn run(
     ctx: Arc<Context>,
-    watched_extensions: Vec<ApiResource>,
+    watched: Watched,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let client = ctx.client.clone();
@@ -151,7 +160,7 @@ pub async fn run(
     let mut controller =
         Controller::for_stream_with(objects, store.clone(), resource.clone()).with_config(config);
 
-    for extension in watched_extensions {
+    for extension in watched.extensions {
         let api = Api::<DynamicObject>::all_with(client.clone(), &extension);
         let changes = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -199,6 +208,10 @@ pub async fn run(
     controller = controller.reconcile_on(woken);
     if let Some(children_changed) = ctx.child_watches.take_woken() {
         controller = controller.reconcile_on(children_changed);
+    }
+    let namespace = ctx.options.namespace.as_deref();
+    for child in &watched.children {
+        (ctx.child_watches).ensure(&ctx.client, child, namespace, &resource);
     }
 
     // The controller wants a `Sync` trigger; a oneshot receiver is one.

@@ -245,8 +245,11 @@ impl Operator {
             resource: self.resource.plural.clone(),
             version: String::new(),
         };
-        let watched =
-            discovery::discover_all(&self.client, &self.options.watched_extensions).await?;
+        let watched = controller::Watched {
+            extensions: discovery::discover_all(&self.client, &self.options.watched_extensions)
+                .await?,
+            children: discovery::discover_all(&self.client, &self.options.child_resources).await?,
+        };
         let election = self.options.leader_election.clone();
         let ctx = Arc::new(
             Context::new(

@@ -27,8 +27,8 @@ use support::widgets::Widgets;
 
 const WEBSITES: &str = "websites.sites.example.com";
 
-/// The Widgets world with the Website CRD and the website plugin.
-fn start() -> (Widgets, Process) {
+/// The Widgets world with the Website CRD.
+fn websites() -> Widgets {
     let world = Widgets::start();
     let crd = std::fs::read_to_string(repo_root().join("examples/website/crds/websites.yaml"))
         .expect("the Website CRD");
@@ -39,6 +39,12 @@ fn start() -> (Widgets, Process) {
         &format!("crd/{WEBSITES}"),
         "--timeout=30s",
     ]);
+    world
+}
+
+/// The Widgets world with the Website CRD and the website plugin.
+fn start() -> (Widgets, Process) {
+    let world = websites();
     let token = plugin_identity(
         &world.cluster,
         "website",
@@ -381,5 +387,41 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
             done.then_some(())
                 .ok_or_else(|| format!("{pages}; {}", website["status"]))
         },
+    );
+}
+
+#[test]
+fn declared_child_kinds_are_watched_from_the_start_and_an_unknown_one_is_refused() {
+    let world = websites();
+    let kubeconfig = world.cluster.kubeconfig();
+    // No Website exists, so no child was applied: the watches come from
+    // --child-resource alone.
+    let mut operator = world.operator_in("default", WEBSITES, &kubeconfig);
+    operator
+        .arg("--child-resource=configmaps,deployments.apps")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let (mut running, log) = Process::spawn_with_stderr(&mut operator, "kplug-operator");
+    for kind in ["v1/ConfigMap", "apps/v1/Deployment"] {
+        log.wait_for(Duration::from_secs(30), kind, |line| {
+            line.contains("watching the operator's children of this kind") && line.contains(kind)
+        });
+    }
+    assert!(
+        running.terminate(Duration::from_secs(10)),
+        "stops on SIGTERM"
+    );
+
+    let mut refused = world.operator_in("default", WEBSITES, &kubeconfig);
+    let output = refused
+        .arg("--child-resource=services,gadgets.nowhere.example.com")
+        .stdout(Stdio::null())
+        .output()
+        .expect("run kplug-operator");
+    let said = output_text(&output);
+    assert!(!output.status.success(), "{said}");
+    assert!(
+        said.contains("discovering gadgets.nowhere.example.com") && said.contains("is not served"),
+        "{said}"
     );
 }
