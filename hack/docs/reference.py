@@ -65,6 +65,7 @@ def pages(target: Path, python: str) -> dict[str, str]:
                 Usage(["render"], ""),
                 Usage(["create"], ""),
                 Usage(["create", "plugin"], ""),
+                Usage(["create", "operator"], ""),
                 Usage(["completion"], ""),
                 Usage(["version"], ""),
             ],

@@ -42,15 +42,13 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Command::Render(args) => render::run(args).await,
         Command::Create(CreateCommand::Plugin(args)) => {
             let namespace = connect::namespace(&cli.connection).await;
-            let objects = create::manifests(args, &namespace)?;
-            let mut text = create::preamble(args, &namespace);
-            for object in &objects {
-                text.push_str("---\n");
-                text.push_str(&output::yaml(object)?);
-            }
-            std::io::stdout()
-                .write_all(text.as_bytes())
-                .map_err(|e| Error::Output(e.to_string()))
+            let objects = create::plugin::manifests(args, &namespace)?;
+            print_manifests(create::plugin::preamble(args, &namespace), &objects)
+        }
+        Command::Create(CreateCommand::Operator(args)) => {
+            let namespace = connect::namespace(&cli.connection).await;
+            let objects = create::operator::manifests(args, &namespace)?;
+            print_manifests(create::operator::preamble(args, &namespace), &objects)
         }
         Command::Completion { shell } => {
             let mut out = Vec::new();
@@ -64,6 +62,17 @@ async fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// `preamble`, then each of `objects` as a YAML document.
+fn print_manifests(mut text: String, objects: &[serde_json::Value]) -> Result<(), Error> {
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&output::yaml(object)?);
+    }
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(|e| Error::Output(e.to_string()))
 }
 
 fn main() -> ExitCode {

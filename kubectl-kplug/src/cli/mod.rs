@@ -9,6 +9,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 use kplug_operator::{BindingPolicy, FieldPath};
 
+mod create;
+
+pub use create::{CreateCommand, CreateOperatorArgs, CreatePluginArgs};
+
 /// kubectl prints help as: description, Examples, Options, Usage.
 const TEMPLATE: &str = "\
 {about-with-newline}
@@ -117,38 +121,6 @@ Examples:
 
   # The same as an object, for scripts
   kubectl kplug shadow tables -o json";
-
-const CREATE_PLUGIN_ABOUT: &str = "\
-Print the manifests that install a plugin: its ServiceAccount, RBAC that lets
-it heartbeat to kplug as NAME and nothing else, a Deployment of --replicas pods
-and a PodDisruptionBudget. Nothing is sent to the cluster; apply the output,
-or keep it in a kustomization and patch it there (environment, resources).
-
-With --api, also the ClusterRole and ClusterRoleBinding kplug:read:NAME:
-they let kplug's own ServiceAccount (--kplug-service-account) get the
-objects of that API and of each --extension-resource, which kplug reads
-itself for reconciles by reference (spec.objectRef). Only get, only those
-kinds: kplug reads what its plugins serve and nothing cluster-wide.
-
-The pods need no certificate: the SDK asks kplug for one on its heartbeats
-(KPLUG_ISSUED_IDENTITY), so kplug must run with its plugin CA. They trust
-kplug's registry through the ConfigMap kplug-trust, which kplug keeps in
-namespaces labelled plugins.kplug.io/trust=enabled.";
-
-const CREATE_PLUGIN_EXAMPLES: &str = "\
-Examples:
-  # Install the hello plugin into namespace plugins
-  kubectl label namespace plugins plugins.kplug.io/trust=enabled
-  kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 \\
-    --api greetings.example.com/v1 -n plugins | kubectl apply -f -
-
-  # A plugin whose objects reference extension objects, which kplug reads too
-  kubectl kplug create plugin tables --image ghcr.io/example/tables:1.0 -n plugins \\
-    --api databasetables.myorg.org/v1alpha1 \\
-    --extension-resource databasetablemariadbextensions.myorg.org
-
-  # Keep the manifests in a kustomization instead
-  kubectl kplug create plugin hello --image ghcr.io/kplug/hello-plugin:0.1.0 -n plugins > hello.yaml";
 
 const RENDER_ABOUT: &str = "\
 Run a plugin on your machine on objects from files, with no cluster and no
@@ -261,7 +233,7 @@ pub enum Command {
         override_usage = "kubectl kplug render -f FILE [-f FILE...] [options] (-- COMMAND [ARGS...] | --plugin-address HOST:PORT)"
     )]
     Render(RenderArgs),
-    /// Print the manifests of a kplug object (plugin)
+    /// Print the manifests of a plugin or an operator
     #[command(subcommand, help_template = TEMPLATE, after_help = MORE)]
     Create(CreateCommand),
     /// Print a shell completion script (bash, zsh or fish)
@@ -278,65 +250,6 @@ pub enum Command {
     /// Print the version of kubectl kplug
     #[command(help_template = TEMPLATE, override_usage = "kubectl kplug version [options]")]
     Version,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CreateCommand {
-    /// Print the manifests that install a plugin
-    #[command(
-        long_about = CREATE_PLUGIN_ABOUT,
-        before_help = CREATE_PLUGIN_EXAMPLES,
-        after_help = MORE,
-        help_template = TEMPLATE,
-        override_usage = "kubectl kplug create plugin NAME --image IMAGE [--api RESOURCE.GROUP/VERSION [--extension-resource RESOURCE[.GROUP]...]] [options]"
-    )]
-    Plugin(CreatePluginArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CreatePluginArgs {
-    /// The plugin's name: the name it heartbeats under (KPLUG_NAME), and of
-    /// its ServiceAccount, RBAC, Deployment and PodDisruptionBudget.
-    #[arg(value_name = "NAME")]
-    pub name: String,
-    /// The plugin's image.
-    #[arg(long)]
-    pub image: String,
-    /// The API the plugin serves, e.g. databasetables.myorg.org/v1alpha1:
-    /// an annotation (the plugin declares it itself), and the ClusterRole
-    /// kplug:read:NAME letting kplug get its objects.
-    #[arg(long, value_name = "RESOURCE.GROUP/VERSION")]
-    pub api: Option<String>,
-    /// A kind of extension object the plugin's objects reference (in
-    /// spec.extensions), which kplug must get too; e.g.
-    /// databasetablemariadbextensions.myorg.org, or configmaps for the core
-    /// group. Needs --api. Repeat for more kinds.
-    #[arg(long, value_name = "RESOURCE[.GROUP]")]
-    pub extension_resource: Vec<String>,
-    /// kplug's own ServiceAccount, which kplug:read:NAME is bound to.
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = Self::DEFAULT_KPLUG_SERVICE_ACCOUNT)]
-    pub kplug_service_account: String,
-    /// Pods serving the plugin.
-    #[arg(long, default_value_t = Self::DEFAULT_REPLICAS)]
-    pub replicas: u32,
-    /// The port the plugin listens on.
-    #[arg(long, default_value_t = Self::DEFAULT_PORT)]
-    pub port: u16,
-    /// kplug's registry: its headless Service, so that heartbeats reach
-    /// every replica.
-    #[arg(long, default_value = Self::DEFAULT_REGISTRY)]
-    pub registry: String,
-    /// PodDisruptionBudget as policy/v1beta1, for Kubernetes before 1.21.
-    #[arg(long)]
-    pub pdb_v1beta1: bool,
-}
-
-/// The defaults, named so that the printed command can leave them out.
-impl CreatePluginArgs {
-    pub const DEFAULT_KPLUG_SERVICE_ACCOUNT: &str = "kplug-system/kplug";
-    pub const DEFAULT_REPLICAS: u32 = 2;
-    pub const DEFAULT_PORT: u16 = 50051;
-    pub const DEFAULT_REGISTRY: &str = "https://kplug-registry.kplug-system.svc:8444";
 }
 
 #[derive(Debug, Clone, Args)]

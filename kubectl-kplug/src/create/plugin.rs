@@ -1,6 +1,4 @@
-//! `kubectl kplug create plugin`: the manifests of one plugin, printed for
-//! `kubectl apply -f -` or a kustomization, like `kubectl create deployment
-//! --dry-run=client -o yaml`. Pure: flags in, objects out.
+//! `kubectl kplug create plugin`: the manifests of one plugin.
 //!
 //! What a plugin needs and nothing more: its ServiceAccount; RBAC letting
 //! that ServiceAccount heartbeat as this plugin's name only; a Deployment
@@ -16,11 +14,13 @@
 //! (kplug reads single named objects) and only those kinds, so that kplug
 //! can read what its plugins serve and nothing else in the cluster.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use serde_json::{Value, json};
 
+use super::{
+    GroupResource, binding, check_name, is_dns_label, is_dns_subdomain, parse_group_resource,
+    restricted_container, restricted_pod, rules_by_group, shell_word,
+};
 use crate::cli::CreatePluginArgs;
 use crate::error::Error;
 
@@ -30,42 +30,6 @@ const TRUST_DIR: &str = "/var/run/kplug/trust";
 /// The ConfigMap kplug keeps in namespaces labelled for it.
 const TRUST_CONFIG_MAP: &str = "kplug-trust";
 const TRUST_LABEL: &str = "plugins.kplug.io/trust=enabled";
-
-/// A lowercase RFC 1123 label: names, resources, versions, namespaces.
-fn is_dns_label(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 63
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !text.starts_with('-')
-        && !text.ends_with('-')
-}
-
-/// A lowercase RFC 1123 subdomain: API groups, ServiceAccount names.
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= 253 && text.split('.').all(is_dns_label)
-}
-
-/// A DNS-1123 label: the plugin's name names every object and is a label value.
-fn check_name(name: &str) -> Result<(), Error> {
-    if is_dns_label(name) {
-        Ok(())
-    } else {
-        Err(Error::Usage(format!(
-            "invalid plugin name {name:?}: a lowercase RFC 1123 label must consist of lower case \
-             alphanumeric characters or '-', start and end with an alphanumeric character, and be \
-             at most 63 characters"
-        )))
-    }
-}
-
-/// A resource in an API group (`""` for the core group), as RBAC names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct GroupResource<'a> {
-    group: &'a str,
-    resource: &'a str,
-}
 
 /// `--api RESOURCE.GROUP/VERSION`: the plugin's resource. Plugins serve
 /// custom resources, which always have a group.
@@ -81,26 +45,6 @@ fn parse_api(value: &str) -> Result<GroupResource<'_>, Error> {
              e.g. databasetables.myorg.org/v1alpha1"
         ))
     })
-}
-
-/// `--extension-resource RESOURCE[.GROUP]`: no group is the core group.
-fn parse_extension_resource(value: &str) -> Result<GroupResource<'_>, Error> {
-    let parsed = match value.split_once('.') {
-        None => Some((value, "")),
-        // A dot says a group follows: `tables.` is not the core group.
-        Some((resource, group)) => is_dns_subdomain(group).then_some((resource, group)),
-    };
-    if let Some((resource, group)) = parsed
-        && is_dns_label(resource)
-    {
-        Ok(GroupResource { group, resource })
-    } else {
-        Err(Error::Usage(format!(
-            "invalid --extension-resource {value:?}: expected RESOURCE.GROUP in lowercase, \
-             e.g. databasetablemariadbextensions.myorg.org, or RESOURCE for the core group, \
-             e.g. configmaps"
-        )))
-    }
 }
 
 /// kplug's own ServiceAccount, the subject of kplug:read:<name>.
@@ -121,35 +65,6 @@ fn parse_service_account(value: &str) -> Result<ServiceAccount<'_>, Error> {
              e.g. {}",
             CreatePluginArgs::DEFAULT_KPLUG_SERVICE_ACCOUNT
         ))),
-    }
-}
-
-/// RBAC rules with `get` on `resources`: one rule per API group, its
-/// resources sorted once each, so that the output is the same whatever the
-/// order and repeats of the flags.
-fn get_rules(resources: &[GroupResource<'_>]) -> Value {
-    let mut by_group: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for r in resources {
-        by_group.entry(r.group).or_default().insert(r.resource);
-    }
-    by_group
-        .into_iter()
-        .map(|(group, resources)| {
-            json!({"apiGroups": [group], "resources": resources, "verbs": ["get"]})
-        })
-        .collect()
-}
-
-/// A word as a shell reads it back: quoted only when it must be.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(&b));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 
@@ -211,7 +126,7 @@ pub fn preamble(args: &CreatePluginArgs, namespace: &str) -> String {
 
 /// The plugin's objects, in the order `kubectl apply` should create them.
 pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>, Error> {
-    check_name(&args.name)?;
+    check_name("plugin", &args.name)?;
     if args.image.trim().is_empty() {
         return Err(Error::Usage(
             "--image must name the plugin's image".to_owned(),
@@ -234,7 +149,7 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
         (Some(api), extensions) => {
             let mut resources = vec![api];
             for extension in extensions {
-                resources.push(parse_extension_resource(extension)?);
+                resources.push(parse_group_resource("--extension-resource", extension)?);
             }
             Some(resources)
         }
@@ -284,13 +199,12 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
                 "verbs": ["create"],
             }],
         }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        }),
+        binding(
+            "ClusterRoleBinding",
+            json!({"name": role, "labels": labels}),
+            ("ClusterRole", &role),
+            (namespace, name),
+        ),
     ];
     if let Some(resources) = read {
         let read_role = format!("kplug:read:{name}");
@@ -298,15 +212,14 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": read_role, "labels": labels},
-            "rules": get_rules(&resources),
+            "rules": rules_by_group(resources, &["get"]),
         }));
-        objects.push(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": read_role, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": read_role},
-            "subjects": [{"kind": "ServiceAccount", "name": kplug.name, "namespace": kplug.namespace}],
-        }));
+        objects.push(binding(
+            "ClusterRoleBinding",
+            json!({"name": read_role, "labels": labels}),
+            ("ClusterRole", &read_role),
+            (kplug.namespace, kplug.name),
+        ));
     }
     objects.extend([
         json!({
@@ -322,12 +235,7 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
                         "serviceAccountName": name,
                         "automountServiceAccountToken": false,
                         "enableServiceLinks": false,
-                        "securityContext": {
-                            "runAsNonRoot": true,
-                            "runAsUser": 65532,
-                            "runAsGroup": 65532,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
+                        "securityContext": restricted_pod(),
                         "containers": [{
                             "name": "plugin",
                             "image": args.image,
@@ -336,11 +244,7 @@ pub fn manifests(args: &CreatePluginArgs, namespace: &str) -> Result<Vec<Value>,
                             "readinessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 5},
                             "livenessProbe": {"tcpSocket": {"port": "grpc"}, "initialDelaySeconds": 5, "periodSeconds": 10},
                             "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": restricted_container(),
                             "volumeMounts": [
                                 {"name": "kplug-token", "mountPath": TOKEN_DIR, "readOnly": true},
                                 {"name": "kplug-trust", "mountPath": TRUST_DIR, "readOnly": true},
@@ -448,7 +352,9 @@ mod tests {
     fn names_kubernetes_would_refuse_are_refused_here() {
         for name in ["", "Hello", "a.b", "-a", "a-", &"a".repeat(64)] {
             let error = manifests(&args(name), "plugins").expect_err(name);
-            assert!(error.to_string().contains("RFC 1123 label"), "{error}");
+            let said = error.to_string();
+            assert!(said.contains(&format!("invalid plugin name {name:?}")), "{said}");
+            assert!(said.contains("RFC 1123 label") || said.contains("no more than 63"), "{said}");
         }
         let mut no_replicas = args("hello");
         no_replicas.replicas = 0;
@@ -613,6 +519,5 @@ mod tests {
              --api databasetables.myorg.org/v1alpha1 \
              --extension-resource databasetablemariadbextensions.myorg.org --replicas 3 -n plugins"
         );
-        assert_eq!(shell_word("it's a b"), r"'it'\''s a b'");
     }
 }
