@@ -262,6 +262,20 @@ fn reference(reference: &ObjectRef) -> String {
     }
 }
 
+/// Every field below `path` on which `after` differs from `before` (as
+/// `primary` and `shadow`), compared as [`differences`] compares answers:
+/// objects key by key, arrays of one length item by item, anything else
+/// whole; long values abbreviated.
+pub fn field_differences(
+    path: &str,
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> Vec<FieldDifference> {
+    let mut out = Vec::new();
+    diff(path, before, after, &mut out);
+    out
+}
+
 /// Appends where `primary` and `shadow` differ below `path`: objects key by
 /// key, arrays of one length item by item, anything else whole.
 fn diff(

@@ -4,6 +4,7 @@
 //! the operator library's own request building, so that what it sends is
 //! what kplug-operator sends.
 
+mod children;
 mod cli;
 mod connect;
 mod create;

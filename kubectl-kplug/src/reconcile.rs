@@ -15,6 +15,7 @@ use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::children;
 use crate::cli::{DryRun, Format, ReconcileArgs};
 use crate::connect::{Asked, send_to_kplug};
 use crate::error::Error;
@@ -149,6 +150,7 @@ pub async fn run(
             .resolve(&references, namespace)
             .await?
     };
+    let observed = children::observe(client, &object).await;
     let bound = bound_implementation(&object);
     let required = args.binding.required(bound, false);
     let preferred = args
@@ -183,7 +185,7 @@ pub async fn run(
         ),
         timeout: args.timeout,
         traceparent: None,
-        observed_children: &[],
+        observed_children: &observed,
     })
     .map_err(|e| Error::Output(e.to_string()))?;
     body.spec.dry_run = args.dry_run == DryRun::Server;
@@ -213,6 +215,10 @@ pub async fn run(
                 dry_run: body.spec.dry_run,
             };
             print(&output::outcome(&subject, &outcome))?;
+            if body.spec.dry_run {
+                let plans = children::plan(client, &object, &outcome.desired_children).await;
+                print(&children::describe(&plans))?;
+            }
         }
     }
     if outcome.success {

@@ -11,8 +11,10 @@
 use std::collections::BTreeSet;
 
 use kplug_api::v1alpha1::DesiredChild;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 mod drift;
 mod readiness;
@@ -111,6 +113,62 @@ pub fn inventory(status: &Value) -> Vec<ChildStatus> {
 /// other visibly (a conflict forced, not a silent co-ownership).
 pub fn field_manager(parent_uid: &str) -> String {
     format!("kplug-operator.{parent_uid}")
+}
+
+/// The inventory line for `child` of `parent`, before it is applied.
+pub fn line_of(parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    let namespace = match text(&child.object["metadata"]["namespace"]) {
+        own if !own.is_empty() => own,
+        _ => parent.namespace().unwrap_or_default(),
+    };
+    ChildStatus {
+        key: child.key.clone(),
+        api_version: text(&child.object["apiVersion"]),
+        kind: text(&child.object["kind"]),
+        namespace,
+        name: text(&child.object["metadata"]["name"]),
+        ready: false,
+        wave: child.wave,
+        error: String::new(),
+        drifted: None,
+    }
+}
+
+/// The parent's UID, which names its children's field manager and label.
+pub fn parent_uid(parent: &DynamicObject) -> String {
+    parent.uid().unwrap_or_default()
+}
+
+/// The child as applied: the plugin's intent in the parent's namespace,
+/// with the controller reference, label and key annotation that tie it to
+/// the parent.
+pub fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildStatus) -> Value {
+    let mut body = child.object.clone();
+    let types = parent.types.clone().unwrap_or_default();
+    let owner = json!({
+        "apiVersion": types.api_version,
+        "kind": types.kind,
+        "name": parent.name_any(),
+        "uid": parent_uid(parent),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        if !line.namespace.is_empty() {
+            metadata.insert("namespace".into(), json!(line.namespace));
+        }
+        metadata.insert("ownerReferences".into(), json!([owner]));
+        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(PARENT_UID_LABEL.into(), json!(parent_uid(parent)));
+        }
+        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(KEY_ANNOTATION.into(), json!(child.key));
+        }
+    }
+    body
 }
 
 /// The waves a reconcile applies: every wave up to and including the

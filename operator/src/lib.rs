@@ -24,7 +24,7 @@
 
 pub mod binding;
 mod child_watch;
-mod children;
+pub mod children;
 mod config;
 mod controller;
 pub mod delegate;

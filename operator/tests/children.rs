@@ -425,3 +425,76 @@ fn declared_child_kinds_are_watched_from_the_start_and_an_unknown_one_is_refused
         "{said}"
     );
 }
+
+/// `kubectl kplug reconcile` sends the observed children as the operator
+/// does, and `--dry-run=server` shows what applying the answer's children
+/// would change, by a server-side dry run of the operator's own apply,
+/// without writing anything.
+#[test]
+fn kubectl_kplug_reconcile_observes_the_children_and_dry_runs_their_apply() {
+    let (world, _plugin) = start();
+    let kubeconfig = world.cluster.kubeconfig();
+    let (mut operator, _log) = world.run_operator_for(WEBSITES, "default", &kubeconfig, &[]);
+    world.cluster.apply(&site("<h1>one</h1>", true));
+    wait_until(
+        "the three children in the inventory",
+        Duration::from_secs(60),
+        || {
+            let website = get(&world, "website/hello")?;
+            let children = website["status"]["children"].as_array().map_or(0, Vec::len);
+            (children == 3)
+                .then_some(())
+                .ok_or_else(|| website["status"].to_string())
+        },
+    );
+    assert!(
+        operator.terminate(Duration::from_secs(30)),
+        "the operator stops"
+    );
+    world.cluster.kubectl_ok(&[
+        "patch",
+        "deployment",
+        "hello",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":1,"readyReplicas":1,"availableReplicas":1}}"#,
+    ]);
+    world.cluster.apply(&site("<h1>two</h1>", false));
+
+    let kplug = |args: &[&str]| {
+        let output = Command::new(workspace_binary("kubectl-kplug"))
+            .args(["reconcile", "website/hello", "-n", "default"])
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .expect("run kubectl kplug");
+        let text = output_text(&output);
+        assert!(output.status.success(), "{text}");
+        text
+    };
+    // The plugin reads the Deployment it was sent: the observed children.
+    let answer: Value =
+        serde_json::from_str(&kplug(&["--dry-run=server", "-o", "json"])).expect("json");
+    assert_eq!(
+        answer["status"]["objectStatus"]["availableReplicas"], 1,
+        "{answer}"
+    );
+    let printed = kplug(&["--dry-run=server"]);
+    for line in [
+        "pages (wave 0, ConfigMap default/hello-pages): would change",
+        r#"data.index.html: "<h1>one</h1>" -> "<h1>two</h1>""#,
+        "web (wave 1, Deployment default/hello): would change",
+        "spec.template.metadata.annotations.",
+        "service (wave 1, Service default/hello): no longer desired: would be pruned",
+    ] {
+        assert!(printed.contains(line), "{line}: {printed}");
+    }
+    // A dry run: nothing changed.
+    let pages = get(&world, "configmap/hello-pages").expect("the pages");
+    assert_eq!(pages["data"]["index.html"], "<h1>one</h1>");
+    get(&world, "service/hello").expect("the Service is still there");
+}

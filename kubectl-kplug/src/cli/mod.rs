@@ -50,8 +50,12 @@ and the object and extension statuses the plugin reported.
 
 The plugin does its work (for a DatabaseTable, the table is created or
 altered) unless --dry-run=server is given. This command NEVER writes status
-back to the object or its extensions: the operator does that on its next
-reconcile.
+back to the object or its extensions, nor applies the Kubernetes objects
+the plugin returns (its children): the operator does that on its next
+reconcile. The object's children, as its status.children lists them, are
+sent as the operator sends them; with --dry-run=server the children of the
+answer are applied as the operator would apply them, as a server-side dry
+run, and what each would change is printed.
 
 The object's preferred implementation (spec.preferredImplementation) is
 sent as preferredImplementation; --implementation overrides it. An object
@@ -337,7 +341,8 @@ pub struct ConnectionArgs {
 pub enum DryRun {
     /// Reconcile for real.
     None,
-    /// The plugin plans but changes nothing (kplug's dryRun).
+    /// The plugin plans but changes nothing (kplug's dryRun); the
+    /// children it returns are applied as a server-side dry run.
     Server,
     /// Send nothing: print the Reconcile that would be sent.
     Client,

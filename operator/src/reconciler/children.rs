@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use super::Context;
 use crate::children::{
     self, ALLOW_MASS_PRUNE, ChildStatus, KEY_ANNOTATION, PARENT_UID_LABEL, PRUNE, PRUNE_DISABLED,
-    field_manager, ready_by_default,
+    field_manager, line_of, owned_child, parent_uid, ready_by_default,
 };
 
 /// Where a child's kind is served.
@@ -230,7 +230,7 @@ impl Context {
             let namespace = self.options.namespace.as_deref();
             (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
         }
-        let manager = field_manager(&uid(parent));
+        let manager = field_manager(&parent_uid(parent));
         let drifted = live.and_then(|live| {
             let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
             let live = serde_json::to_value(live).unwrap_or_default();
@@ -352,26 +352,6 @@ impl Context {
     }
 }
 
-/// The inventory line for `child` of `parent`, before it is applied.
-fn line_of(parent: &DynamicObject, child: &DesiredChild) -> ChildStatus {
-    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
-    let namespace = match text(&child.object["metadata"]["namespace"]) {
-        own if !own.is_empty() => own,
-        _ => parent.namespace().unwrap_or_default(),
-    };
-    ChildStatus {
-        key: child.key.clone(),
-        api_version: text(&child.object["apiVersion"]),
-        kind: text(&child.object["kind"]),
-        namespace,
-        name: text(&child.object["metadata"]["name"]),
-        ready: false,
-        wave: child.wave,
-        error: String::new(),
-        drifted: None,
-    }
-}
-
 /// The plugin's verdict, else the default rule on the live object.
 fn readiness(child: &DesiredChild, live: &DynamicObject) -> bool {
     child.ready.unwrap_or_else(|| {
@@ -388,47 +368,12 @@ fn readiness(child: &DesiredChild, live: &DynamicObject) -> bool {
     })
 }
 
-fn uid(parent: &DynamicObject) -> String {
-    parent.uid().unwrap_or_default()
-}
-
 /// Whether `child`'s controller owner reference is `parent`.
 fn controlled_by(child: &DynamicObject, parent: &DynamicObject) -> bool {
-    let parent_uid = uid(parent);
-    !parent_uid.is_empty()
+    let uid = parent_uid(parent);
+    !uid.is_empty()
         && child
             .owner_references()
             .iter()
-            .any(|owner| owner.controller == Some(true) && owner.uid == parent_uid)
-}
-
-/// The child as applied: the plugin's intent in the parent's namespace,
-/// with the controller reference, label and key annotation that tie it to
-/// the parent.
-fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildStatus) -> Value {
-    let mut body = child.object.clone();
-    let types = parent.types.clone().unwrap_or_default();
-    let owner = json!({
-        "apiVersion": types.api_version,
-        "kind": types.kind,
-        "name": parent.name_any(),
-        "uid": uid(parent),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    });
-    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        if !line.namespace.is_empty() {
-            metadata.insert("namespace".into(), json!(line.namespace));
-        }
-        metadata.insert("ownerReferences".into(), json!([owner]));
-        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
-        if let Some(labels) = labels.as_object_mut() {
-            labels.insert(PARENT_UID_LABEL.into(), json!(uid(parent)));
-        }
-        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(KEY_ANNOTATION.into(), json!(child.key));
-        }
-    }
-    body
+            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
