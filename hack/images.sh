@@ -12,8 +12,9 @@
 #
 # NAME is the image's repository name: kplug-apiserver, kplug-operator,
 # database-table-mariadb-plugin, database-table-postgresql-plugin, the hello
-# plugin hello-plugin (the in-cluster benches'), and the walkthrough's
-# throwaway databases walkthrough-postgres, walkthrough-mariadb.
+# plugin hello-plugin (the in-cluster benches'), the website plugin
+# website-plugin, and the walkthrough's throwaway databases
+# walkthrough-postgres, walkthrough-mariadb.
 # Each is tagged exactly as the manifests (deploy/, examples/*/deploy/)
 # reference it, e.g.
 # ghcr.io/kplug/kplug-apiserver:0.1.0, kplug.local/walkthrough-postgres:15.
@@ -84,6 +85,7 @@ IMAGES=(
   "database-table-mariadb-plugin examples/database-table/deploy/mariadb-plugin.Dockerfile examples/database-table/deploy/mariadb-plugin.yaml"
   "database-table-postgresql-plugin examples/database-table/deploy/postgresql-plugin.Dockerfile examples/database-table/deploy/postgresql-plugin.yaml"
   "hello-plugin examples/hello-rust/Dockerfile examples/hello-rust/deploy/hello-plugin.yaml"
+  "website-plugin examples/website/Dockerfile examples/website/deploy/plugin.yaml"
   # The walkthrough's throwaway databases (hack/walkthrough.sh --cluster).
   "walkthrough-postgres examples/database-table/deploy/databases/postgres.Dockerfile examples/database-table/deploy/databases/postgres.yaml"
   "walkthrough-mariadb examples/database-table/deploy/databases/mariadb.Dockerfile examples/database-table/deploy/databases/mariadb.yaml"

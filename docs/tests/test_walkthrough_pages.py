@@ -139,7 +139,7 @@ def test_the_monitoring_guides_binding_lets_its_scraper_read_metrics(walkthrough
 
 
 def test_the_kubectl_kplug_guide_runs_in_the_walkthrough(walkthrough: Walkthrough) -> None:
-    install, dry_run, reconcile, as_yaml, plugins, choice, create, shadow, completion = steps(
+    install, dry_run, reconcile, as_yaml, plugins, choice, create, create_operator, shadow, completion = steps(
         shell_blocks(PAGES / "guides" / "kubectl-kplug.md", "kubectl kplug")[0]
     )
     # The suite built kubectl-kplug (cargo build --workspace): its target/debug is on the PATH instead.
@@ -164,6 +164,10 @@ def test_the_kubectl_kplug_guide_runs_in_the_walkthrough(walkthrough: Walkthroug
 
     kinds = [document["kind"] for document in yaml.safe_load_all(walkthrough.check(create.command)) if document]
     assert {"ServiceAccount", "ClusterRoleBinding", "Deployment"} <= set(kinds), kinds
+    operator = [document for document in yaml.safe_load_all(walkthrough.check(create_operator.command)) if document]
+    deployment = next(o for o in operator if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "--resource=databasetables.myorg.org", args
 
     printed = walkthrough.check(shadow.command)
     assert printed.startswith("Plugin:   database-table-mariadb-plugin\n"), printed

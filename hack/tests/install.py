@@ -103,7 +103,7 @@ def run_script(
 def fresh_clone_files(work: Path) -> None:
     """The tracked files the READMEs' commands use, as a fresh clone has them (no certs/out, no certs/plugins)."""
     tracked = subprocess.run(
-        ["git", "ls-files", "certs", "deploy", "apiservice", "examples/database-table", "examples/hello-rust/deploy"],
+        ["git", "ls-files", "certs", "deploy", "apiservice", "examples/database-table", "examples/hello-rust/deploy", "examples/website/crds"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@
 use kplug_api::shadow::{FieldDifference, field_differences};
 use kplug_api::v1alpha1::DesiredChild;
 use kplug_operator::children::{
-    ChildStatus, field_manager, inventory, line_of, owned_child, parent_uid,
+    ChildStatus, controlled_by, field_manager, inventory, line_of, owned_child, parent_uid,
 };
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
@@ -39,11 +39,12 @@ pub struct ChildPlan {
     pub change: Change,
 }
 
-/// Where `line`'s object is served, under `parent`.
+/// Where `line`'s object is served, under `parent`; a cluster-scoped
+/// child's line loses the namespace [`line_of`] gave it.
 async fn child_api(
     client: &Client,
     parent: &DynamicObject,
-    line: &ChildStatus,
+    line: &mut ChildStatus,
 ) -> Result<Api<DynamicObject>, String> {
     let (group, version) = line
         .api_version
@@ -58,6 +59,7 @@ async fn child_api(
             )
         })?;
     if capabilities.scope == Scope::Cluster {
+        line.namespace.clear();
         return Ok(Api::all_with(client.clone(), &resource));
     }
     let namespace = match line.namespace.as_str() {
@@ -67,24 +69,14 @@ async fn child_api(
     Ok(Api::namespaced_with(client.clone(), &namespace, &resource))
 }
 
-/// Whether `child`'s controller owner reference is `parent`.
-fn controlled_by(child: &DynamicObject, parent: &DynamicObject) -> bool {
-    let uid = parent_uid(parent);
-    !uid.is_empty()
-        && child
-            .owner_references()
-            .iter()
-            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
-}
-
 /// The children of `parent`'s inventory that it controls, as they are now,
 /// by key. One that is gone or that the user may not read is left out, as
 /// the operator leaves out one it cannot read.
 pub async fn observe(client: &Client, parent: &DynamicObject) -> Vec<(String, DynamicObject)> {
     let status = parent.data.get("status").unwrap_or(&Value::Null);
     let mut observed = Vec::new();
-    for line in inventory(status) {
-        let Ok(api) = child_api(client, parent, &line).await else {
+    for mut line in inventory(status) {
+        let Ok(api) = child_api(client, parent, &mut line).await else {
             continue;
         };
         if let Ok(Some(child)) = api.get_opt(&line.name).await
@@ -124,8 +116,8 @@ pub async fn plan(
     let params = PatchParams::apply(&manager).force().dry_run();
     let mut plans = Vec::with_capacity(desired.len());
     for child in desired {
-        let line = line_of(parent, child);
-        let change = match child_api(client, parent, &line).await {
+        let mut line = line_of(parent, child);
+        let change = match child_api(client, parent, &mut line).await {
             Err(why) => Change::Refused(why),
             Ok(api) => {
                 let body = owned_child(parent, child, &line);

@@ -186,6 +186,7 @@ pub async fn run(
         timeout: args.timeout,
         traceparent: None,
         observed_children: &observed,
+        child_scope: args.child_scope,
     })
     .map_err(|e| Error::Output(e.to_string()))?;
     body.spec.dry_run = args.dry_run == DryRun::Server;

@@ -5,6 +5,7 @@ mod support;
 
 use std::path::Path;
 
+use kplug_test_support::repo_root;
 use support::{Plugin, ok};
 
 #[test]
@@ -124,4 +125,42 @@ fn the_examples_plugin_manifests_are_create_plugins_output() {
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("needs --api"), "{stderr}");
+}
+
+/// The manifests the examples ship from `kubectl kplug create` (their first
+/// line is the command that printed them) are what it prints today.
+#[test]
+fn the_examples_create_manifests_are_what_create_prints_today() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let cli = Plugin::install(work.path());
+    let nowhere = Path::new("/nonexistent/kubeconfig");
+    let mut checked = Vec::new();
+    for example in std::fs::read_dir(repo_root().join("examples")).expect("examples") {
+        let deploy = example.expect("an example").path().join("deploy");
+        let Ok(files) = std::fs::read_dir(&deploy) else {
+            continue;
+        };
+        for file in files {
+            let path = file.expect("a manifest").path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let first = text.lines().next().unwrap_or_default();
+            let Some((_, command)) = first.split_once(": kubectl kplug create ") else {
+                continue;
+            };
+            let mut args = vec!["create"];
+            args.extend(command.split_whitespace());
+            let printed = ok(&cli.run(nowhere, &args));
+            assert!(
+                printed == text,
+                "{} is not what `kubectl kplug create {command}` prints now: write it again with that command",
+                path.display()
+            );
+            checked.push(path);
+        }
+    }
+    let names: Vec<_> = checked.iter().filter_map(|p| p.file_name()).collect();
+    assert!(
+        names.contains(&"plugin.yaml".as_ref()) && names.contains(&"operator.yaml".as_ref()),
+        "{checked:?}"
+    );
 }

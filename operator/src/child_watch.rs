@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
 
-use crate::children::PARENT_UID_LABEL;
+use crate::children::{PARENT_ANNOTATION, PARENT_UID_LABEL};
 
 /// The watches started so far, and where their events go.
 pub struct ChildWatches {
@@ -87,16 +87,24 @@ impl ChildWatches {
 }
 
 /// The parent of `child` among objects of `parent`: its controller owner
-/// reference, in the child's namespace.
+/// reference, in the child's namespace; else, for a child its parent
+/// cannot own, the parent its annotation names.
 fn parent_of(child: &DynamicObject, parent: &ApiResource) -> Option<ObjectRef<DynamicObject>> {
     let owner = child.owner_references().iter().find(|owner| {
         owner.controller == Some(true)
             && owner.api_version == parent.api_version
             && owner.kind == parent.kind
-    })?;
-    let found = ObjectRef::new_with(&owner.name, parent.clone());
-    Some(match child.namespace() {
-        Some(namespace) => found.within(&namespace),
-        None => found,
+    });
+    if let Some(owner) = owner {
+        let found = ObjectRef::new_with(&owner.name, parent.clone());
+        return Some(match child.namespace() {
+            Some(namespace) => found.within(&namespace),
+            None => found,
+        });
+    }
+    let named = child.annotations().get(PARENT_ANNOTATION)?;
+    Some(match named.split_once('/') {
+        Some((namespace, name)) => ObjectRef::new_with(name, parent.clone()).within(namespace),
+        None => ObjectRef::new_with(named, parent.clone()),
     })
 }

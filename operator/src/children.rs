@@ -27,6 +27,11 @@ pub use readiness::ready_by_default;
 /// than a label value; a UID never is).
 pub const PARENT_UID_LABEL: &str = "plugins.kplug.io/parent-uid";
 
+/// The annotation naming the parent (`namespace/name`) of a child it
+/// cannot own (cluster-scoped, or in another namespace): what maps the
+/// child's changes to its parent.
+pub const PARENT_ANNOTATION: &str = "plugins.kplug.io/parent";
+
 /// The parent's status field that holds the inventory.
 pub const STATUS_FIELD: &str = "children";
 
@@ -140,12 +145,26 @@ pub fn parent_uid(parent: &DynamicObject) -> String {
     parent.uid().unwrap_or_default()
 }
 
-/// The child as applied: the plugin's intent in the parent's namespace,
-/// with the controller reference, label and key annotation that tie it to
-/// the parent.
+/// Whether `parent` can own a child in `namespace` (empty: a
+/// cluster-scoped child) through an owner reference, as Kubernetes' garbage
+/// collector allows: a cluster-scoped parent can own anything, a namespaced
+/// one only what is in its own namespace.
+pub fn can_own(parent: &DynamicObject, namespace: &str) -> bool {
+    match parent.namespace() {
+        None => true,
+        Some(own) => !namespace.is_empty() && own == namespace,
+    }
+}
+
+/// The child as applied: the plugin's intent where `line` places it, with
+/// the parent-UID label and the key annotation; a controller owner
+/// reference to the parent where the parent can own it, else the
+/// [`PARENT_ANNOTATION`] that names the parent (the inventory then does
+/// what the owner reference cannot: teardown).
 pub fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildStatus) -> Value {
     let mut body = child.object.clone();
     let types = parent.types.clone().unwrap_or_default();
+    let owned = can_own(parent, &line.namespace);
     let owner = json!({
         "apiVersion": types.api_version,
         "kind": types.kind,
@@ -155,10 +174,14 @@ pub fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildSta
         "blockOwnerDeletion": true,
     });
     if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        if !line.namespace.is_empty() {
+        if line.namespace.is_empty() {
+            metadata.remove("namespace");
+        } else {
             metadata.insert("namespace".into(), json!(line.namespace));
         }
-        metadata.insert("ownerReferences".into(), json!([owner]));
+        if owned {
+            metadata.insert("ownerReferences".into(), json!([owner]));
+        }
         let labels = metadata.entry("labels").or_insert_with(|| json!({}));
         if let Some(labels) = labels.as_object_mut() {
             labels.insert(PARENT_UID_LABEL.into(), json!(parent_uid(parent)));
@@ -166,9 +189,39 @@ pub fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildSta
         let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
         if let Some(annotations) = annotations.as_object_mut() {
             annotations.insert(KEY_ANNOTATION.into(), json!(child.key));
+            if !owned {
+                let name = parent.name_any();
+                let named = match parent.namespace() {
+                    Some(namespace) => format!("{namespace}/{name}"),
+                    None => name,
+                };
+                annotations.insert(PARENT_ANNOTATION.into(), json!(named));
+            }
         }
     }
     body
+}
+
+/// Whether `parent` controls `child`: its controller owner reference is
+/// the parent, or, for a child the parent cannot own, it has no controller
+/// and carries the parent's UID label (a child found through the parent's
+/// inventory: a label alone never makes an object a child).
+pub fn controlled_by(child: &DynamicObject, parent: &DynamicObject) -> bool {
+    let uid = parent_uid(parent);
+    if uid.is_empty() {
+        return false;
+    }
+    let controller = child
+        .owner_references()
+        .iter()
+        .find(|owner| owner.controller == Some(true));
+    match controller {
+        Some(owner) => owner.uid == uid,
+        None => {
+            !can_own(parent, &child.namespace().unwrap_or_default())
+                && child.labels().get(PARENT_UID_LABEL) == Some(&uid)
+        }
+    }
 }
 
 /// The waves a reconcile applies: every wave up to and including the

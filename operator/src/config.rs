@@ -65,6 +65,8 @@ pub struct Options {
     /// them: a child's change reconciles its parent even right after a
     /// restart. Other kinds are watched from their first child applied.
     pub child_resources: Vec<String>,
+    /// Where children may be.
+    pub child_scope: ChildScope,
     /// Only objects in this namespace; all when `None`.
     pub namespace: Option<String>,
     /// Objects reconciled at once.
@@ -97,6 +99,7 @@ impl Default for Options {
             object_status: ObjectStatusLayout::Merged,
             watched_extensions: Vec::new(),
             child_resources: Vec::new(),
+            child_scope: ChildScope::Namespace,
             namespace: None,
             concurrency: 16,
             resync: Duration::from_secs(300),
@@ -105,6 +108,40 @@ impl Default for Options {
             max_backoff: Duration::from_secs(300),
             leader_election: None,
             metrics: None,
+        }
+    }
+}
+
+/// Where the children plugins return may be (a Reconcile's
+/// `spec.childScope`), as the operator allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChildScope {
+    /// Only in the reconciled object's namespace, where an owner reference
+    /// ties each child to it.
+    #[default]
+    Namespace,
+    /// In any namespace, or cluster-scoped: a child the object cannot own is
+    /// tracked by its labels and the object's inventory, and removed in
+    /// teardown.
+    Cluster,
+}
+
+impl From<ChildScope> for kplug_api::v1alpha1::ChildScope {
+    fn from(scope: ChildScope) -> Self {
+        match scope {
+            ChildScope::Namespace => Self::Namespace,
+            ChildScope::Cluster => Self::Cluster,
+        }
+    }
+}
+
+impl Options {
+    /// Where the watches on children look: the operator's namespace, or
+    /// everywhere when children may be anywhere.
+    pub(crate) fn child_watch_namespace(&self) -> Option<&str> {
+        match self.child_scope {
+            ChildScope::Namespace => self.namespace.as_deref(),
+            ChildScope::Cluster => None,
         }
     }
 }
@@ -211,6 +248,17 @@ pub struct OperatorArgs {
         value_delimiter = ','
     )]
     pub child_resources: Vec<String>,
+    /// Where the children plugins return may be: namespace (the object's
+    /// own, owned through an owner reference) or cluster (also other
+    /// namespaces and cluster-scoped kinds, tracked by label and the
+    /// object's status.children, removed before the object goes).
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_CHILD_SCOPE",
+        value_enum,
+        default_value = "namespace"
+    )]
+    pub child_scope: ChildScope,
     /// Only reconcile objects in this namespace (default: all).
     #[arg(long, short = 'n', env = "KPLUG_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
@@ -329,6 +377,7 @@ impl OperatorArgs {
                 .map_or(ObjectStatusLayout::Merged, ObjectStatusLayout::Under),
             watched_extensions: self.watched_extensions.clone(),
             child_resources: self.child_resources.clone(),
+            child_scope: self.child_scope,
             namespace: self.namespace.clone(),
             concurrency: self.concurrency,
             resync: self.resync,
@@ -370,6 +419,8 @@ mod tests {
             "a.example.com,b.example.com",
             "--child-resource",
             "deployments.apps,services",
+            "--child-scope",
+            "cluster",
             "--resync",
             "1m30s",
             "--leader-elect=false",
@@ -384,6 +435,7 @@ mod tests {
             ["a.example.com", "b.example.com"]
         );
         assert_eq!(options.child_resources, ["deployments.apps", "services"]);
+        assert_eq!(options.child_scope, ChildScope::Cluster);
         assert_eq!(options.resync, Duration::from_secs(90));
         assert!(options.leader_election.is_none());
         assert_eq!(

@@ -209,7 +209,7 @@ pub async fn run(
     if let Some(children_changed) = ctx.child_watches.take_woken() {
         controller = controller.reconcile_on(children_changed);
     }
-    let namespace = ctx.options.namespace.as_deref();
+    let namespace = ctx.options.child_watch_namespace();
     for child in &watched.children {
         (ctx.child_watches).ensure(&ctx.client, child, namespace, &resource);
     }

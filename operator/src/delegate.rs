@@ -15,6 +15,8 @@ use kube::api::DynamicObject;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::config::ChildScope;
+
 const GROUP_VERSION_PATH: &str = "/apis/plugins.kplug.io/v1alpha1";
 
 /// How long to wait before a retry when kplug says to retry but not when.
@@ -37,6 +39,8 @@ pub struct Delegation<'a> {
     /// The children the operator applied for the object, as it sees them
     /// now, each under its key.
     pub observed_children: &'a [(String, DynamicObject)],
+    /// Where the plugin's children may be.
+    pub child_scope: ChildScope,
 }
 
 /// Why a delegation did not produce a plugin's answer.
@@ -190,8 +194,9 @@ pub fn request_body(delegation: &Delegation<'_>) -> Result<Reconcile, DelegateEr
                     })
                 })
                 .collect::<Result<_, DelegateError>>()?,
-            // Children go in the object's namespace only.
-            child_scope: None,
+            // Unsaid for the object's namespace, kplug's default.
+            child_scope: (delegation.child_scope == ChildScope::Cluster)
+                .then_some(delegation.child_scope.into()),
         },
         status: None,
     })
@@ -346,6 +351,7 @@ mod tests {
             timeout: Duration::from_millis(1500),
             traceparent: None,
             observed_children: &[],
+            child_scope: ChildScope::Namespace,
         })
         .expect("encodes");
         let json = serde_json::to_value(&body).expect("serializes");

@@ -48,7 +48,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use binding::BindingPolicy;
-pub use config::{BindAddress, LeaderElection, MetricsServing, OperatorArgs, Options};
+pub use config::{BindAddress, ChildScope, LeaderElection, MetricsServing, OperatorArgs, Options};
 pub use discovery::discover;
 pub use extensions::{ExtensionError, ExtensionRef};
 pub use kplug_api::reference::FieldPath;

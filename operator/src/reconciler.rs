@@ -302,6 +302,7 @@ impl Context {
                 timeout: self.options.reconcile_timeout,
                 traceparent: Some(trace),
                 observed_children,
+                child_scope: self.options.child_scope,
             },
         )
         .await;

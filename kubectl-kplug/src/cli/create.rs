@@ -1,6 +1,7 @@
 //! `kubectl kplug create plugin` and `create operator`: their flags and help.
 
 use clap::{Args, Subcommand};
+use kplug_operator::ChildScope;
 
 use super::{MORE, TEMPLATE};
 
@@ -44,7 +45,9 @@ cluster; apply the output, or keep it in a kustomization.
 
 The operator may: delegate to plugins (kplug:operator) and watch them
 (kplug:reader); read and watch RESOURCE, patch it (the finalizer) and its
-status; read and watch each --watch-extension and patch its status; apply,
+status, and update its status and finalizers (what kplug checks before it
+reconciles or finalizes an object for anyone); read and watch each
+--watch-extension and patch its status; apply,
 watch and delete each --child-resource kind (the children plugins return);
 record Events; hold its Lease in its namespace; and ask kube-apiserver who
 reads its /metrics (system:auth-delegator). Nothing else: a plugin that
@@ -159,6 +162,10 @@ pub struct CreateOperatorArgs {
     /// (default: the operator's, kplug.io/finalize).
     #[arg(long)]
     pub finalizer: Option<String>,
+    /// Where the plugins' children may be: namespace (the object's) or
+    /// cluster (also other namespaces and cluster-scoped kinds).
+    #[arg(long, value_enum, default_value = "namespace")]
+    pub child_scope: ChildScope,
     /// Operator pods; one leads, the others wait to take over.
     #[arg(long, default_value_t = Self::DEFAULT_REPLICAS)]
     pub replicas: u32,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
-use kplug_operator::{BindingPolicy, FieldPath};
+use kplug_operator::{BindingPolicy, ChildScope, FieldPath};
 
 mod create;
 
@@ -355,24 +355,6 @@ pub enum Format {
     Json,
 }
 
-/// Where a plugin's children may be (a Reconcile's `spec.childScope`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ChildScope {
-    /// Only in the reconciled object's namespace.
-    Namespace,
-    /// In any namespace, or cluster-scoped.
-    Cluster,
-}
-
-impl From<ChildScope> for kplug_api::v1alpha1::ChildScope {
-    fn from(scope: ChildScope) -> Self {
-        match scope {
-            ChildScope::Namespace => Self::Namespace,
-            ChildScope::Cluster => Self::Cluster,
-        }
-    }
-}
-
 /// `-o` for lists: also the wider table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ListFormat {
@@ -431,6 +413,10 @@ pub struct ReconcileArgs {
     /// kplug chooses freely.
     #[arg(long, default_value = "Sticky")]
     pub binding: BindingPolicy,
+    /// Where the plugin's children may be, as kplug-operator's flag:
+    /// namespace (the object's) or cluster.
+    #[arg(long, value_enum, default_value = "namespace")]
+    pub child_scope: ChildScope,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,7 +4,9 @@
 //! Its rights are what the operator does and nothing more, each rule where
 //! it is used: kplug's `kplug:operator` and `kplug:reader` (delegate, watch
 //! plugins); on the resource, what the controller and the finalizer helper
-//! call (get, list, watch, patch) and its status (server-side apply); on
+//! call (get, list, watch, patch), its status (server-side apply) and the
+//! `update` on its status and finalizers that kplug checks before it
+//! reconciles or finalizes an object for anyone; on
 //! each extension resource, reading and watching, and its status; on each
 //! child resource, what applying, observing, watching, abandoning and
 //! pruning children take (server-side apply creates with a patch, which
@@ -19,6 +21,8 @@ use super::{
     GroupResource, binding, check_name, is_dns_label, is_dns_subdomain, parse_group_resource,
     restricted_container, restricted_pod, rules_by_group, shell_word,
 };
+use kplug_operator::ChildScope;
+
 use crate::cli::CreateOperatorArgs;
 use crate::error::Error;
 
@@ -92,6 +96,9 @@ fn command(args: &CreateOperatorArgs, namespace: &str) -> String {
     if let Some(finalizer) = &args.finalizer {
         words.push(format!("--finalizer {}", shell_word(finalizer)));
     }
+    if args.child_scope == ChildScope::Cluster {
+        words.push("--child-scope cluster".to_owned());
+    }
     if args.replicas != CreateOperatorArgs::DEFAULT_REPLICAS {
         words.push(format!("--replicas {}", args.replicas));
     }
@@ -137,19 +144,19 @@ pub fn manifests(args: &CreateOperatorArgs, namespace: &str) -> Result<Vec<Value
     let account = (namespace, name);
 
     let mut rules = rules_by_group([resource], &["get", "list", "watch", "patch"]);
+    // kplug checks `update` on an object's status before it reconciles it,
+    // and on its finalizers before it finalizes it, for whoever asks: the
+    // rights of the object's controller. The latter is also what
+    // OwnerReferencesPermissionEnforcement asks of a child's
+    // blockOwnerDeletion.
     rules.extend(rules_on(
         &subresources(&[resource], "status"),
-        &["get", "patch"],
+        &["get", "patch", "update"],
     ));
-    if !children.is_empty() {
-        // With the OwnerReferencesPermissionEnforcement admission plugin, a
-        // child's blockOwnerDeletion needs the right to update the
-        // parent's finalizers.
-        rules.extend(rules_on(
-            &subresources(&[resource], "finalizers"),
-            &["update"],
-        ));
-    }
+    rules.extend(rules_on(
+        &subresources(&[resource], "finalizers"),
+        &["update"],
+    ));
     rules.extend(rules_by_group(
         extensions.iter().copied(),
         &["get", "list", "watch"],
@@ -182,6 +189,9 @@ pub fn manifests(args: &CreateOperatorArgs, namespace: &str) -> Result<Vec<Value
     }
     if let Some(finalizer) = &args.finalizer {
         operator_args.push(format!("--finalizer={finalizer}"));
+    }
+    if args.child_scope == ChildScope::Cluster {
+        operator_args.push("--child-scope=cluster".to_owned());
     }
     let leader_election = format!("{name}-leader-election");
     let kplug_operator = format!("kplug:operator:{name}");
@@ -282,6 +292,7 @@ mod tests {
             watch_extension: Vec::new(),
             child_resource: Vec::new(),
             finalizer: None,
+            child_scope: ChildScope::Namespace,
             replicas: CreateOperatorArgs::DEFAULT_REPLICAS,
         }
     }
@@ -316,7 +327,7 @@ mod tests {
             role["rules"],
             json!([
                 {"apiGroups": ["sites.example.com"], "resources": ["websites"], "verbs": ["get", "list", "watch", "patch"]},
-                {"apiGroups": ["sites.example.com"], "resources": ["websites/status"], "verbs": ["get", "patch"]},
+                {"apiGroups": ["sites.example.com"], "resources": ["websites/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["sites.example.com"], "resources": ["websites/finalizers"], "verbs": ["update"]},
                 {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
                 {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
@@ -355,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn extensions_are_read_and_their_status_written_and_without_children_no_finalizers_right() {
+    fn extensions_are_read_and_their_status_written() {
         let mut tables = args("databasetables.myorg.org");
         tables.name = Some("tables".to_owned());
         tables.watch_extension = vec![
@@ -363,6 +374,7 @@ mod tests {
             "databasetablepostgresqlextensions.myorg.org".to_owned(),
         ];
         tables.finalizer = Some("myorg.org/database-table".to_owned());
+        tables.child_scope = ChildScope::Cluster;
         tables.replicas = 3;
         let objects = manifests(&tables, "team-a").expect("manifests");
         let role = object(&objects, "ClusterRole", "tables");
@@ -373,7 +385,7 @@ mod tests {
         let rules = role["rules"].as_array().expect("rules");
         assert!(rules.contains(&json!({"apiGroups": ["myorg.org"], "resources": extensions, "verbs": ["get", "list", "watch"]})), "{rules:#?}");
         assert!(rules.contains(&json!({"apiGroups": ["myorg.org"], "resources": ["databasetablemariadbextensions/status", "databasetablepostgresqlextensions/status"], "verbs": ["get", "patch"]})), "{rules:#?}");
-        assert!(!role.to_string().contains("finalizers"), "{role}");
+        // No child kinds: nothing to create or delete.
         assert!(!role.to_string().contains("delete"), "{role}");
         let deployment = object(&objects, "Deployment", "tables");
         assert_eq!(deployment["spec"]["replicas"], 3);
@@ -385,6 +397,7 @@ mod tests {
                 "--field-manager=tables",
                 "--watch-extension=databasetablemariadbextensions.myorg.org,databasetablepostgresqlextensions.myorg.org",
                 "--finalizer=myorg.org/database-table",
+                "--child-scope=cluster",
             ])
         );
         assert_eq!(
@@ -395,7 +408,7 @@ mod tests {
             "# kplug operator for databasetables.myorg.org: kubectl kplug create operator \
              databasetables.myorg.org --name tables --watch-extension \
              databasetablemariadbextensions.myorg.org,databasetablepostgresqlextensions.myorg.org \
-             --finalizer myorg.org/database-table --replicas 3 -n team-a"
+             --finalizer myorg.org/database-table --child-scope cluster --replicas 3 -n team-a"
         );
     }
 

@@ -353,8 +353,14 @@ mod tests {
         for name in ["", "Hello", "a.b", "-a", "a-", &"a".repeat(64)] {
             let error = manifests(&args(name), "plugins").expect_err(name);
             let said = error.to_string();
-            assert!(said.contains(&format!("invalid plugin name {name:?}")), "{said}");
-            assert!(said.contains("RFC 1123 label") || said.contains("no more than 63"), "{said}");
+            assert!(
+                said.contains(&format!("invalid plugin name {name:?}")),
+                "{said}"
+            );
+            assert!(
+                said.contains("RFC 1123 label") || said.contains("no more than 63"),
+                "{said}"
+            );
         }
         let mut no_replicas = args("hello");
         no_replicas.replicas = 0;

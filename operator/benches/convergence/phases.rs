@@ -157,6 +157,7 @@ pub async fn measure(
                         timeout: REQUEST_TIMEOUT,
                         traceparent: None,
                         observed_children: &[],
+                        child_scope: Default::default(),
                     },
                 ),
             )

@@ -16,9 +16,11 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::Context;
+use crate::ChildScope;
 use crate::children::{
-    self, ALLOW_MASS_PRUNE, ChildStatus, KEY_ANNOTATION, PARENT_UID_LABEL, PRUNE, PRUNE_DISABLED,
-    field_manager, line_of, owned_child, parent_uid, ready_by_default,
+    self, ALLOW_MASS_PRUNE, ChildStatus, KEY_ANNOTATION, PARENT_ANNOTATION, PARENT_UID_LABEL,
+    PRUNE, PRUNE_DISABLED, can_own, controlled_by, field_manager, line_of, owned_child, parent_uid,
+    ready_by_default,
 };
 
 /// Where a child's kind is served.
@@ -216,18 +218,27 @@ impl Context {
             }
         };
         let kind = self.child_kind(&line.api_version, &line.kind).await;
-        if let (Ok(kind), Some(_)) = (&kind, parent.namespace())
-            && !kind.namespaced
-        {
-            line.error = format!(
-                "{} is cluster-scoped: a namespaced object cannot own it, and this operator \
-                 applies children in the object's namespace only",
-                line.kind
-            );
-            return line;
-        }
         if let Ok(kind) = &kind {
-            let namespace = self.options.namespace.as_deref();
+            if !kind.namespaced {
+                line.namespace.clear();
+            }
+            if !can_own(parent, &line.namespace)
+                && self.options.child_scope == ChildScope::Namespace
+            {
+                let place = if kind.namespaced {
+                    format!("in namespace {}", line.namespace)
+                } else {
+                    "cluster-scoped".to_owned()
+                };
+                line.error = format!(
+                    "{} {} is {place}: the object cannot own it, and this operator applies \
+                     children in the object's namespace only (--child-scope=namespace; \
+                     cluster allows it)",
+                    line.kind, line.name
+                );
+                return line;
+            }
+            let namespace = self.options.child_watch_namespace();
             (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
         }
         let manager = field_manager(&parent_uid(parent));
@@ -303,7 +314,7 @@ impl Context {
         let patch = json!({"metadata": {
             "ownerReferences": null,
             "labels": {PARENT_UID_LABEL: null},
-            "annotations": {KEY_ANNOTATION: null},
+            "annotations": {KEY_ANNOTATION: null, PARENT_ANNOTATION: null},
         }});
         let params = PatchParams::default();
         match api.patch(&line.name, &params, &Patch::Merge(&patch)).await {
@@ -366,14 +377,4 @@ fn readiness(child: &DesiredChild, live: &DynamicObject) -> bool {
         }
         ready_by_default(&object)
     })
-}
-
-/// Whether `child`'s controller owner reference is `parent`.
-fn controlled_by(child: &DynamicObject, parent: &DynamicObject) -> bool {
-    let uid = parent_uid(parent);
-    !uid.is_empty()
-        && child
-            .owner_references()
-            .iter()
-            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
