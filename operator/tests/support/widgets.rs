@@ -130,13 +130,20 @@ impl Widgets {
         implementation: &str,
         extra: &[&str],
     ) -> (Process, Lines) {
+        let mut args = vec!["--api", WIDGETS_API, "--implementation", implementation];
+        args.extend_from_slice(extra);
+        self.python_example("examples/hello-python/hello.py", name, &args)
+    }
+
+    /// The Python plugin `script` (relative to the repository) as `name`,
+    /// with `args`, heartbeating to this world's kplug.
+    pub fn python_example(&self, script: &str, name: &str, args: &[&str]) -> (Process, Lines) {
         let token = plugin_identity(&self.cluster, name, Some(name), self.work.path());
         let mut command = Command::new(venv_python());
         command
-            .arg(repo_root().join("examples/hello-python/hello.py"))
-            .args(["--name", name, "--api", WIDGETS_API])
-            .args(["--implementation", implementation])
-            .args(extra)
+            .arg(repo_root().join(script))
+            .args(["--name", name])
+            .args(args)
             .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
         plugin_tls(&mut command, &self.kplug, &token);
         Process::spawn_with_stderr(&mut command, name)
