@@ -9,7 +9,8 @@
 use kplug_api::shadow::{FieldDifference, field_differences};
 use kplug_api::v1alpha1::DesiredChild;
 use kplug_operator::children::{
-    ChildStatus, controlled_by, field_manager, inventory, line_of, owned_child, parent_uid,
+    ALLOW_MASS_PRUNE, ChildStatus, controlled_by, field_manager, inventory, line_of, owned_child,
+    parent_uid, prune_held,
 };
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
@@ -23,8 +24,11 @@ pub enum Change {
     Update(Vec<FieldDifference>),
     Unchanged,
     /// In the inventory, no longer desired: the operator would delete it
-    /// (or abandon it, or hold the prune).
+    /// (or abandon it, when it is marked to be kept).
     Prune,
+    /// As [`Change::Prune`], but a mass prune the operator would hold,
+    /// and why.
+    PruneHeld(String),
     /// kube-apiserver refused the dry run, or the kind is not served.
     Refused(String),
 }
@@ -150,15 +154,24 @@ pub async fn plan(
         });
     }
     let status = parent.data.get("status").unwrap_or(&Value::Null);
-    for line in inventory(status) {
-        if !desired.iter().any(|child| child.key == line.key) {
-            plans.push(ChildPlan {
-                key: line.key.clone(),
-                wave: line.wave,
-                child: line.describe(),
-                change: Change::Prune,
-            });
-        }
+    let inventory = inventory(status);
+    let stale: Vec<&ChildStatus> = inventory
+        .iter()
+        .filter(|line| !desired.iter().any(|child| child.key == line.key))
+        .collect();
+    let allowed = parent
+        .annotations()
+        .get(ALLOW_MASS_PRUNE)
+        .map(String::as_str)
+        == Some("true");
+    let held = prune_held(inventory.len(), &stale, allowed);
+    for line in stale {
+        plans.push(ChildPlan {
+            key: line.key.clone(),
+            wave: line.wave,
+            child: line.describe(),
+            change: held.clone().map_or(Change::Prune, Change::PruneHeld),
+        });
     }
     plans
 }
@@ -182,6 +195,9 @@ pub fn describe(plans: &[ChildPlan]) -> String {
             Change::Create => "would be created".to_owned(),
             Change::Unchanged => "unchanged".to_owned(),
             Change::Prune => "no longer desired: would be pruned".to_owned(),
+            Change::PruneHeld(why) => {
+                format!("no longer desired, but the prune would be held: {why}")
+            }
             Change::Refused(why) => format!("refused: {why}"),
             Change::Update(fields) => format!("would change {} field(s)", fields.len()),
         };
@@ -247,5 +263,15 @@ mod tests {
              service (wave 1, Service default/hello): no longer desired: would be pruned\n"
         );
         assert_eq!(describe(&[]), "");
+        let held = ChildPlan {
+            key: "web".into(),
+            wave: 1,
+            child: "Deployment default/hello".into(),
+            change: Change::PruneHeld("annotate the object".into()),
+        };
+        assert!(describe(&[held]).ends_with(
+            "web (wave 1, Deployment default/hello): no longer desired, but the prune would be \
+             held: annotate the object\n"
+        ));
     }
 }
