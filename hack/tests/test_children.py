@@ -6,7 +6,8 @@ with the operator's least-privilege RBAC as printed, no edit.
 A Website becomes a ConfigMap of its pages, a Deployment of busybox httpd and a Service, each owned by the Website;
 it is Ready only once the node runs the Deployment's pod, and then a pod fetches the page through the Service. An
 edit of the pages rolls the pods (the plugin hashes the pages into the pod template) and the new page is served.
-Deleting the Website removes its children before it goes."""
+The operator's leader deleted while it applies the children of eight new Websites: the other replica takes over
+and every child ends up its Website's, once. Deleting the Website removes its children before it goes."""
 
 from __future__ import annotations
 
@@ -122,6 +123,50 @@ kubectl create namespace {SITES_NS}
         changed = "<h1>Changed by an edit</h1>"
         cluster.kubectl("-n", SITES_NS, "patch", "website", "hello", "--type=merge", "-p", f'{{"spec":{{"pages":{{"index.html":"{changed}"}}}}}}')
         wait_for("the edited page through the Service", lambda: changed in fetch(cluster, url), timeout=240, interval=2)
+
+        # The operator's leader deleted mid-apply: the other replica takes the Lease over and finishes, and every
+        # child is its Website's, once: no orphan, no duplicate.
+        lease = "kplug-operator-websites.sites.example.com"
+
+        def holder() -> str:
+            return cluster.kubectl("-n", PLUGINS_NS, "get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}")
+
+        def websites() -> list[dict]:
+            return cluster.kubectl_json("-n", SITES_NS, "get", "websites")["items"]
+
+        leader = holder()
+        sites = [f"site-{i}" for i in range(8)]
+        cluster.apply(
+            "".join(
+                f"---\napiVersion: sites.example.com/v1alpha1\nkind: Website\nmetadata: {{name: {site}}}\n"
+                f"spec: {{replicas: 0, pages: {{index.html: {site}}}}}\n"
+                for site in sites
+            ),
+            namespace=SITES_NS,
+        )
+        wait_for(
+            "the leader applying the sites' children",
+            lambda: any(w["metadata"]["name"] in sites and w.get("status", {}).get("children") for w in websites()),
+            timeout=60,
+            interval=0.1,
+        )
+        cluster.kubectl("-n", PLUGINS_NS, "delete", "pod", leader, "--wait=false")
+        wait_for("another replica holding the Lease", lambda: holder() not in ("", leader), timeout=60)
+
+        def all_ready() -> bool:
+            ready = [w for w in websites() if condition(w, "Ready") == "True"]
+            return len(ready) == len(sites) + 1
+
+        wait_for("every Website Ready after the takeover", all_ready, timeout=240)
+        uids = {w["metadata"]["name"]: w["metadata"]["uid"] for w in websites()}
+        for kind, name_of in [("configmaps", "{}-pages"), ("deployments", "{}"), ("services", "{}")]:
+            children = cluster.kubectl_json("-n", SITES_NS, "get", kind, "-l", "plugins.kplug.io/parent-uid")["items"]
+            names = sorted(child["metadata"]["name"] for child in children)
+            assert names == sorted(name_of.format(site) for site in uids), f"{kind}: {names}"
+            for child in children:
+                owners = child["metadata"].get("ownerReferences", [])
+                site = next(site for site in uids if name_of.format(site) == child["metadata"]["name"])
+                assert [(o["uid"], o.get("controller")) for o in owners] == [(uids[site], True)], child["metadata"]
 
         # The Website goes only after its children.
         cluster.kubectl("-n", SITES_NS, "delete", "website", "hello", "--timeout=180s", timeout=200)
