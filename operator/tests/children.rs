@@ -252,9 +252,6 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
     // A child the plugin stops asking for is removed, and leaves the inventory.
     world.cluster.apply(&site("<h1>two</h1>", false));
     wait_until("the Service pruned", Duration::from_secs(30), || {
-        let output = world
-            .cluster
-            .kubectl(&["get", "service", "hello", "-n", "default"]);
         let website = get(&world, "website/hello")?;
         let keys: Vec<&str> = website["status"]["children"]
             .as_array()
@@ -262,9 +259,9 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
             .flatten()
             .filter_map(|c| c["key"].as_str())
             .collect();
-        (output_text(&output).contains("NotFound") && keys == ["pages", "web"])
+        (world.gone(Some("default"), "service/hello") && keys == ["pages", "web"])
             .then_some(())
-            .ok_or_else(|| format!("{keys:?}: {}", output_text(&output)))
+            .ok_or_else(|| format!("{keys:?}: {}", website["status"]))
     });
 
     // Deleted: the children go before the Website does.
@@ -293,10 +290,7 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
                 "configmap/other-pages",
             ]
             .into_iter()
-            .filter(|what| {
-                let output = world.cluster.kubectl(&["get", what, "-n", "default"]);
-                !output_text(&output).contains("NotFound")
-            })
+            .filter(|what| !world.gone(Some("default"), what))
             .collect();
             left.is_empty()
                 .then_some(())
@@ -370,13 +364,9 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
         "the Deployment pruned, the pages abandoned",
         Duration::from_secs(60),
         || {
-            let deployment =
-                world
-                    .cluster
-                    .kubectl(&["get", "deployment", "hello", "-n", "default"]);
             let pages = get(&world, "configmap/hello-pages")?;
             let website = get(&world, "website/hello")?;
-            let done = output_text(&deployment).contains("NotFound")
+            let done = world.gone(Some("default"), "deployment/hello")
                 && pages["metadata"].get("ownerReferences").is_none()
                 && pages["metadata"]["labels"]
                     .get("plugins.kplug.io/parent-uid")

@@ -66,14 +66,6 @@ fn apply(world: &Widgets, namespaces: &str) {
     ));
 }
 
-fn gone(world: &Widgets, namespace: Option<&str>, what: &str) -> bool {
-    let mut args = vec!["get", what];
-    if let Some(namespace) = namespace {
-        args.extend(["-n", namespace]);
-    }
-    output_text(&world.cluster.kubectl(&args)).contains("NotFound")
-}
-
 #[test]
 fn children_the_parent_cannot_own_are_refused_by_default_and_tracked_with_the_flag() {
     let (world, _plugin) = start();
@@ -107,7 +99,7 @@ fn children_the_parent_cannot_own_are_refused_by_default_and_tracked_with_the_fl
             .map(drop)
             .ok_or_else(|| access["status"].to_string())
     });
-    assert!(gone(&world, None, &format!("clusterrole/{ROLE}")));
+    assert!(world.gone(None, &format!("clusterrole/{ROLE}")));
     assert!(
         operator.terminate(Duration::from_secs(30)),
         "the operator stops"
@@ -164,7 +156,8 @@ fn children_the_parent_cannot_own_are_refused_by_default_and_tracked_with_the_fl
         "the RoleBinding in blog pruned",
         Duration::from_secs(30),
         || {
-            gone(&world, Some("blog"), "rolebinding/team-access-web")
+            world
+                .gone(Some("blog"), "rolebinding/team-access-web")
                 .then_some(())
                 .ok_or("still there")
         },
@@ -191,7 +184,7 @@ fn children_the_parent_cannot_own_are_refused_by_default_and_tracked_with_the_fl
                 (Some("platform"), "teamaccess/web"),
             ]
             .into_iter()
-            .filter(|(namespace, what)| !gone(&world, *namespace, what))
+            .filter(|(namespace, what)| !world.gone(*namespace, what))
             .map(|(_, what)| what.to_owned())
             .collect();
             left.is_empty()

@@ -224,6 +224,16 @@ impl Widgets {
         (operator, log)
     }
 
+    /// Whether `kubectl get WHAT` (`kind/name`, in `namespace` unless it is
+    /// cluster-scoped) answers NotFound.
+    pub fn gone(&self, namespace: Option<&str>, what: &str) -> bool {
+        let mut args = vec!["get", what];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        output_text(&self.cluster.kubectl(&args)).contains("NotFound")
+    }
+
     /// `kubectl apply` of the Widget `default/NAME` with `spec`, a YAML flow mapping's content.
     pub fn apply(&self, name: &str, spec: &str) {
         self.cluster.apply(&format!(
