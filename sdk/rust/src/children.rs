@@ -1,8 +1,10 @@
 //! Kubernetes objects a plugin wants to exist for the object it reconciles
 //! (its *children*), and the ones the operator observed. The operator
 //! applies each child with server-side apply, ties it to the object with an
-//! owner reference, waits for it to be ready wave by wave, and removes the
-//! children a later answer no longer returns.
+//! owner reference (or, for a cluster-scoped child or one in another
+//! namespace, which only an operator run with `--child-scope=cluster`
+//! accepts, with a label and its inventory), waits for it to be ready wave
+//! by wave, and removes the children a later answer no longer returns.
 //!
 //! A child is *apply intent*, not a copy of the live object: return only
 //! the fields the plugin cares about, every time. A field the plugin stops

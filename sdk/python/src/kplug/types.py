@@ -175,8 +175,10 @@ class Child:
     """A Kubernetes object the plugin wants to exist for the object it reconciles.
 
     The operator applies it with server-side apply, ties it to the object
-    with an owner reference, and removes it once an answer no longer returns
-    it. ``object`` is *apply intent*: ``apiVersion``, ``kind``,
+    with an owner reference (or, for a cluster-scoped child or one in another
+    namespace, which only an operator run with ``--child-scope=cluster``
+    accepts, with a label and its inventory), and removes it once an answer
+    no longer returns it. ``object`` is *apply intent*: ``apiVersion``, ``kind``,
     ``metadata.name`` and only the fields the plugin cares about, every time.
     A field the plugin stops returning is removed from the child; a field
     someone else set and the plugin never returns stays theirs. No
