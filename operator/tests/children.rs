@@ -488,3 +488,64 @@ fn kubectl_kplug_reconcile_observes_the_children_and_dry_runs_their_apply() {
     assert_eq!(pages["data"]["index.html"], "<h1>one</h1>");
     get(&world, "service/hello").expect("the Service is still there");
 }
+
+/// The operator as its ServiceAccount, with the rights `kubectl kplug
+/// create operator` prints for two of the website's three kinds of child:
+/// those two are applied, and the Service, which it may not create, is
+/// refused on its line of `status.children` with kube-apiserver's reason.
+#[test]
+fn an_operator_with_the_printed_rights_applies_the_kinds_granted_and_reports_the_others() {
+    let (world, _plugin) = start();
+    let printed = Command::new(workspace_binary("kubectl-kplug"))
+        .args(["create", "operator", WEBSITES, "-n", "default"])
+        .args(["--child-resource", "configmaps,deployments.apps"])
+        .output()
+        .expect("run kubectl kplug create operator");
+    assert!(printed.status.success(), "{}", output_text(&printed));
+    // Its RBAC applied as printed; the operator runs here, as its ServiceAccount.
+    let manifests = String::from_utf8_lossy(&printed.stdout);
+    let rbac: Vec<&str> = manifests
+        .split("\n---\n")
+        .filter(|document| !document.contains("kind: Deployment"))
+        .collect();
+    world.cluster.apply(&rbac.join("\n---\n"));
+    let kubeconfig = world.work.path().join("websites-operator.kubeconfig");
+    let token = world.cluster.token("default", "websites-operator");
+    world.cluster.kubeconfig_for_token(&kubeconfig, &token);
+    let (_operator, _log) = world.run_operator_for(
+        WEBSITES,
+        "default",
+        &kubeconfig,
+        &[
+            "--field-manager=websites-operator",
+            "--child-resource=configmaps,deployments.apps",
+        ],
+    );
+    world.cluster.apply(&site("<h1>one</h1>", true));
+    wait_until(
+        "the Service refused, the others applied",
+        Duration::from_secs(60),
+        || {
+            let website = get(&world, "website/hello")?;
+            let lines = website["status"]["children"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let error = |key: &str| {
+                lines
+                    .iter()
+                    .find(|line| line["key"] == key)
+                    .map(|line| line["error"].as_str().unwrap_or_default().to_owned())
+            };
+            let applied = error("pages").as_deref() == Some("")
+                && error("web").as_deref() == Some("")
+                && error("service").is_some_and(|e| e.contains("forbidden"));
+            (applied
+                && get(&world, "configmap/hello-pages").is_ok()
+                && get(&world, "deployment/hello").is_ok())
+            .then_some(())
+            .ok_or_else(|| website["status"].to_string())
+        },
+    );
+    assert!(world.gone(Some("default"), "service/hello"));
+}
