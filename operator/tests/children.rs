@@ -76,6 +76,22 @@ fn condition<'v>(object: &'v Value, type_: &str) -> Option<&'v Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Writes the Deployment `default/hello`'s status as its controller would:
+/// no controller-manager runs on this control plane.
+fn deployment_status(world: &Widgets, status: &str) {
+    world.cluster.kubectl_ok(&[
+        "patch",
+        "deployment",
+        "hello",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ]);
+}
+
 fn site(pages: &str, expose: bool) -> String {
     format!(
         "apiVersion: sites.example.com/v1alpha1\nkind: Website\nmetadata: {{name: hello, namespace: default}}\n\
@@ -152,17 +168,10 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
     // The Deployment turning available (its controller's status write,
     // made here by hand: no controller-manager runs) wakes the Website
     // through the watch on Deployments, well before its 5-minute resync.
-    world.cluster.kubectl_ok(&[
-        "patch",
-        "deployment",
-        "hello",
-        "-n",
-        "default",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
+    deployment_status(
+        &world,
         r#"{"status":{"observedGeneration":1,"replicas":1,"updatedReplicas":1,"readyReplicas":1,"availableReplicas":1}}"#,
-    ]);
+    );
     wait_until(
         "Ready once the Deployment is available",
         Duration::from_secs(20),
@@ -441,17 +450,10 @@ fn kubectl_kplug_reconcile_observes_the_children_and_dry_runs_their_apply() {
         operator.terminate(Duration::from_secs(30)),
         "the operator stops"
     );
-    world.cluster.kubectl_ok(&[
-        "patch",
-        "deployment",
-        "hello",
-        "-n",
-        "default",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
+    deployment_status(
+        &world,
         r#"{"status":{"replicas":1,"readyReplicas":1,"availableReplicas":1}}"#,
-    ]);
+    );
     world.cluster.apply(&site("<h1>two</h1>", false));
 
     let kplug = |args: &[&str]| {

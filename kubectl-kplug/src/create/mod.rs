@@ -126,6 +126,15 @@ fn binding(kind: &str, metadata: Value, role: (&str, &str), account: (&str, &str
     })
 }
 
+/// The message of a usage error, for the tests of both commands.
+#[cfg(test)]
+fn usage_message(result: Result<Vec<Value>, Error>) -> String {
+    match result {
+        Err(Error::Usage(message)) => message,
+        other => panic!("expected a usage error, got {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -313,10 +313,7 @@ mod tests {
     }
 
     fn usage_error(args: &CreateOperatorArgs) -> String {
-        match manifests(args, "plugins") {
-            Err(Error::Usage(message)) => message,
-            other => panic!("expected a usage error, got {other:?}"),
-        }
+        super::super::usage_message(manifests(args, "plugins"))
     }
 
     #[test]
