@@ -435,6 +435,19 @@ pub struct PluginRef {
     /// The instance that answered (its pod's name, else its address).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance: String,
+    /// What the plugin declares it handles (`spec.protocol.capabilities`):
+    /// an operator adds its finalizer only for a plugin that declares
+    /// `Finalize` (or declares nothing, which means everything).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+}
+
+impl PluginRef {
+    /// Whether the plugin handles `operation`: it declares it, or declares
+    /// no capabilities at all (a plugin that predates them).
+    pub fn declares(&self, operation: Operation) -> bool {
+        self.capabilities.is_empty() || self.capabilities.iter().any(|c| c == operation.as_str())
+    }
 }
 
 /// Why this plugin was chosen.

@@ -121,6 +121,11 @@ fn kubectl_create_raw_delegates_to_the_named_plugin() {
     assert_eq!(status["objectStatus"]["greeting"], "hello, world");
     assert_eq!(status["plugin"]["name"], "hello");
     assert_eq!(status["plugin"]["implementation"], "Hello");
+    assert_eq!(
+        status["plugin"]["capabilities"],
+        json!(["Reconcile", "Finalize", "DryRun"]),
+        "what the plugin declared, for the operator to decide on its finalizer"
+    );
     assert_eq!(status["selection"]["reason"], "Requested");
     assert!(
         status["operationId"]

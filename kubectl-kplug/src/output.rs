@@ -327,6 +327,7 @@ mod tests {
                 version: "0.1.0".into(),
                 implementation: "PostgreSQL".into(),
                 instance: "database-table-postgresql-plugin-5d8f7-abcde".into(),
+                capabilities: vec!["Reconcile".into(), "Finalize".into()],
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,

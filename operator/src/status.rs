@@ -61,6 +61,7 @@ pub fn reporter(plugin: &PluginRef) -> String {
         version,
         implementation,
         instance: _,
+        capabilities: _,
     } = plugin;
     match (implementation.is_empty(), version.is_empty()) {
         (false, false) => format!("plugin {name} ({implementation} {version})"),
@@ -280,9 +281,12 @@ impl Desired<'_> {
                     }
                     (ObjectStatusLayout::Merged, _) | (ObjectStatusLayout::Under(_), None) => {}
                 }
-                // Without the instance, for the reason `reporter` gives.
+                // Without the instance, for the reason `reporter` gives;
+                // the capabilities are the operator's business, not the
+                // object's.
                 let plugin = PluginRef {
                     instance: String::new(),
+                    capabilities: Vec::new(),
                     ..answer.plugin.clone()
                 };
                 status.insert("plugin".into(), json!(plugin));

@@ -18,6 +18,7 @@ fn answer(success: bool) -> ReconcileStatus {
             version: "1.0.0".into(),
             implementation: "PostgreSQL".into(),
             instance: "pg-0".into(),
+            capabilities: Vec::new(),
         },
         selection: Selection {
             reason: SelectionReason::Fallback,

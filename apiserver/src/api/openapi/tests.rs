@@ -328,6 +328,7 @@ fn reconcile_schema_follows_the_rust_types() {
                 version: "1.0.0".into(),
                 implementation: "Impl".into(),
                 instance: "p-0".into(),
+                capabilities: vec!["Reconcile".into()],
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,

@@ -54,6 +54,7 @@ pub fn status(
             version,
             implementation: plugin.spec.implementation.clone(),
             instance,
+            capabilities: plugin.spec.protocol.capabilities.clone(),
         },
         selection,
         success: answer.success,
@@ -179,6 +180,7 @@ mod tests {
                 version: "1.0.0".to_owned(),
                 implementation: "Hello \"quoted\"".to_owned(),
                 instance: "hello-7d4b9-x2p4q".to_owned(),
+                capabilities: Vec::new(),
             },
             selection: Selection {
                 reason: SelectionReason::Fallback,
