@@ -61,10 +61,6 @@ class TeamAccess(kplug.Plugin):
             )
         return outcome
 
-    def finalize(self, request: kplug.Request) -> kplug.Outcome:
-        # The operator has removed the children by now: nothing else to undo.
-        return kplug.Outcome.success("Revoked", f"{request.name}'s access is gone")
-
 
 if __name__ == "__main__":
     kplug.run(TeamAccess())

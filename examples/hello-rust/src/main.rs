@@ -40,6 +40,10 @@ struct Args {
     /// version constraints with one binary).
     #[arg(long, env = "KPLUG_PLUGIN_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
     plugin_version: String,
+    /// Declares no Finalize capability (its goodbye is only a greeting):
+    /// the operator then puts no finalizer on the objects.
+    #[arg(long, env = "KPLUG_WITHOUT_FINALIZE")]
+    without_finalize: bool,
     #[command(flatten)]
     faults: Faults,
 }
@@ -151,6 +155,9 @@ async fn main() -> anyhow::Result<()> {
         .version(args.plugin_version)
         .implementation(args.implementation);
     info.labels.extend(args.labels);
+    if args.without_finalize {
+        info = info.without_finalize();
+    }
 
     let hello = Hello {
         report_trace_id: args.report_trace_id,

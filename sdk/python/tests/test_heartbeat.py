@@ -90,13 +90,25 @@ def test_first_heartbeat_declares_the_plugin(registry: FakeRegistry, serve: Serv
         protocol=registry_pb2.Protocol(
             version="v1alpha1",
             sdk=f"kplug-sdk-python/{kplug.__version__}",
-            capabilities=["Reconcile", "Finalize", "DryRun"],
+            # No Finalize: Hello keeps the default finalize, which has nothing to clean up.
+            capabilities=["Reconcile", "DryRun"],
         ),
         instance="hello-0",
     )
     expected.interval.FromSeconds(5)
     assert first.request == expected
     assert kplug.SDK == "kplug-sdk-python/0.1.0"
+
+
+class Goodbye(Hello):
+    def finalize(self, request: kplug.Request) -> kplug.Outcome:
+        return kplug.Outcome.success("Goodbye", f"goodbye, {request.name}")
+
+
+def test_a_plugin_that_finalizes_declares_finalize(registry: FakeRegistry, serve: Serve) -> None:
+    serve(Goodbye(), registry=registry.address)
+    protocol = registry.wait_for_heartbeats(1)[0].request.protocol
+    assert list(protocol.capabilities) == ["Reconcile", "Finalize", "DryRun"]
 
 
 def test_name_override_and_no_interval_asked(registry: FakeRegistry, serve: Serve) -> None:

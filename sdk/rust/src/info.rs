@@ -47,6 +47,9 @@ pub struct PluginInfo {
     pub labels: BTreeMap<String, String>,
     /// Features the plugin announces, e.g. `Reconcile`, `Finalize`, `DryRun`.
     pub capabilities: Vec<String>,
+    /// A deleted object leaves the plugin nothing to clean up; see
+    /// [`without_finalize`](Self::without_finalize).
+    pub without_finalize: bool,
 }
 
 impl PluginInfo {
@@ -91,6 +94,18 @@ impl PluginInfo {
     #[must_use]
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Declares that a deleted object leaves nothing to clean up outside
+    /// Kubernetes (its children are the operator's to remove): the server
+    /// then announces no `Finalize` capability, the operator puts no
+    /// finalizer of its own for it on the objects (one write fewer per
+    /// object, and a delete waits for nobody), and kplug sends it no
+    /// Finalize call.
+    #[must_use]
+    pub fn without_finalize(mut self) -> Self {
+        self.without_finalize = true;
         self
     }
 

@@ -54,7 +54,12 @@ pub trait Plugin: Send + Sync + 'static {
 
     /// Cleans up what the object owns before it is deleted. Should succeed
     /// when there is nothing (left) to clean up, since it may be retried.
-    fn finalize(&self, request: Request) -> impl Future<Output = Outcome> + Send;
+    /// The default has nothing to clean up: a plugin that keeps it declares
+    /// so with [`PluginInfo::without_finalize`](crate::PluginInfo::without_finalize).
+    fn finalize(&self, request: Request) -> impl Future<Output = Outcome> + Send {
+        let _ = request;
+        std::future::ready(Outcome::success())
+    }
 }
 
 /// One Reconcile or Finalize call, decoded.

@@ -121,6 +121,13 @@ struct Running {
 
 impl Running {
     async fn start(plugin: Echo, config: Config) -> Self {
+        let info = PluginInfo::new("echo", ApiRef::new("example.com", "echoes", "v1"))
+            .version("1.0.0")
+            .implementation("Echo");
+        Self::start_with(plugin, info, config).await
+    }
+
+    async fn start_with(plugin: impl Plugin, info: PluginInfo, config: Config) -> Self {
         // A kplug before instances: deregistered at once on shutdown.
         let registry = Registry::start(Options {
             instances: false,
@@ -128,10 +135,6 @@ impl Running {
         })
         .await;
         let registry_url = registry.url();
-
-        let info = PluginInfo::new("echo", ApiRef::new("example.com", "echoes", "v1"))
-            .version("1.0.0")
-            .implementation("Echo");
         let config = config
             .registry(registry_url)
             .listen("127.0.0.1:0".parse().unwrap());
@@ -208,6 +211,26 @@ async fn declares_itself_with_the_real_port_and_capabilities() {
     assert_eq!(heartbeat.implementation, "Echo");
     let protocol = heartbeat.protocol.unwrap();
     assert_eq!(protocol.capabilities, ["Reconcile", "Finalize", "DryRun"]);
+    running.shut_down();
+    assert!(running.wait().await.0.is_ok());
+}
+
+/// Reconciles only: its objects leave nothing to clean up.
+struct Stateless;
+
+impl Plugin for Stateless {
+    async fn reconcile(&self, _request: Request) -> Outcome {
+        Outcome::success()
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_without_finalize_declares_no_finalize_capability() {
+    let info =
+        PluginInfo::new("stateless", ApiRef::new("example.com", "echoes", "v1")).without_finalize();
+    let mut running = Running::start_with(Stateless, info, Config::default()).await;
+    let protocol = running.heartbeat().await.protocol.unwrap();
+    assert_eq!(protocol.capabilities, ["Reconcile", "DryRun"]);
     running.shut_down();
     assert!(running.wait().await.0.is_ok());
 }

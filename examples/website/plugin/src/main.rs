@@ -56,17 +56,6 @@ impl Plugin for Websites {
             Outcome::child,
         )
     }
-
-    /// Nothing outside the cluster to clean up: the operator removes the
-    /// children itself, in reverse waves, before it calls this.
-    async fn finalize(&self, request: Request) -> Outcome {
-        let name = request.name().unwrap_or_default();
-        Outcome::success().result(
-            Severity::Normal,
-            "SiteRemoved",
-            format!("website {name} has nothing outside the cluster"),
-        )
-    }
 }
 
 #[tokio::main]
@@ -80,9 +69,12 @@ async fn main() -> anyhow::Result<()> {
     let api: ApiRef = "websites.sites.example.com/v1alpha1"
         .parse()
         .context("the Website API")?;
+    // A Website is only its children, which the operator removes itself,
+    // in reverse waves: nothing outside the cluster to clean up.
     let info = PluginInfo::new("website", api)
         .version(env!("CARGO_PKG_VERSION"))
-        .implementation("BusyboxHttpd");
+        .implementation("BusyboxHttpd")
+        .without_finalize();
     kplug_sdk::serve(Websites { image: args.image }, info, args.kplug)
         .await
         .context("serving the website plugin")

@@ -110,7 +110,10 @@ class Plugin(abc.ABC):
     def finalize(self, request: Request) -> Outcome:
         """Cleans up what ``request.object`` owns before it is deleted.
 
-        The default owns nothing and succeeds.
+        The default owns nothing and succeeds. A plugin that keeps it
+        declares no ``Finalize`` capability, so the operator puts no
+        finalizer on its objects and their deletion waits for nobody (the
+        operator still removes their children).
         """
         del request
         return Outcome.success()

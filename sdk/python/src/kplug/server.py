@@ -37,7 +37,7 @@ _log = logging.getLogger(__name__)
 
 #: This SDK's name and version, as announced to the registry.
 SDK = f"kplug-sdk-python/{__version__}"
-#: What every plugin served by this SDK supports.
+#: What a plugin served by this SDK supports; ``Finalize`` only when it overrides :meth:`Plugin.finalize`.
 CAPABILITIES = ("Reconcile", "Finalize", "DryRun")
 #: The gRPC service name reported SERVING by the health service.
 SERVICE_NAME = "kplug.v1alpha1.Plugin"
@@ -354,6 +354,16 @@ def _bind(grpc_server: grpc.Server, listen: str, credentials: grpc.ServerCredent
     return port
 
 
+def _capabilities(plugin: Plugin) -> list[str]:
+    """What ``plugin`` declares: without ``Finalize`` when it keeps the default, which has nothing to clean up.
+
+    The operator then puts no finalizer on its objects: one write fewer per
+    object, and a delete waits for nobody.
+    """
+    finalizes = type(plugin).finalize is not Plugin.finalize
+    return [c for c in CAPABILITIES if finalizes or c != "Finalize"]
+
+
 def _heartbeat_request(
     plugin: Plugin,
     name: str,
@@ -374,7 +384,7 @@ def _heartbeat_request(
             registry_pb2.ExtensionKind(group=e.group, kind=e.kind, version=e.version) for e in plugin.extensions
         ],
         labels=dict(config.labels),
-        protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=CAPABILITIES),
+        protocol=registry_pb2.Protocol(version=PROTOCOL_VERSION, sdk=SDK, capabilities=_capabilities(plugin)),
         instance=instance,
         server_name=identity.name if identity else config.server_name,
         canary_weight=config.canary_weight,

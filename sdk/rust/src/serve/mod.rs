@@ -133,7 +133,8 @@ impl<P: Plugin> Server<P> {
     /// listening address (with an unspecified IP such as `0.0.0.0` replaced
     /// by loopback, which only kplug on the same host can reach). A missing
     /// port or port 0 in it becomes the port actually bound. The
-    /// capabilities `Reconcile`, `Finalize` and `DryRun` are added. The
+    /// capabilities `Reconcile`, `DryRun` and (unless
+    /// [`PluginInfo::without_finalize`]) `Finalize` are added. The
     /// instance is `config.instance`, else [`heartbeat::default_instance`].
     ///
     /// With `config.tls_cert_file`, the certificate, key and client CA are
@@ -455,12 +456,16 @@ async fn listen(address: SocketAddr) -> Result<(TcpListener, SocketAddr), Error>
 }
 
 /// Completes the declaration: the configured name, and the capabilities
-/// the SDK serves.
+/// the SDK serves (`Finalize` unless the plugin does without it).
 fn declare(info: &mut PluginInfo, name: Option<String>) {
     if let Some(name) = name {
         info.name = name;
     }
-    for capability in CAPABILITIES {
+    let without_finalize = info.without_finalize;
+    let served = CAPABILITIES
+        .into_iter()
+        .filter(|c| !(without_finalize && *c == "Finalize"));
+    for capability in served {
         if !info.capabilities.iter().any(|c| c == capability) {
             info.capabilities.push(capability.to_owned());
         }
