@@ -18,10 +18,12 @@ use serde_json::{Value, json};
 
 mod drift;
 mod readiness;
+mod unchanged;
 
 pub use drift::{Drift, drift};
 pub use kplug_api::children::KEY_ANNOTATION;
 pub use readiness::ready_by_default;
+pub use unchanged::{APPLIED_ANNOTATION, unchanged};
 
 /// The label every child carries: its parent's UID (a name may be longer
 /// than a label value; a UID never is).
@@ -198,6 +200,13 @@ pub fn owned_child(parent: &DynamicObject, child: &DesiredChild, line: &ChildSta
                 annotations.insert(PARENT_ANNOTATION.into(), json!(named));
             }
         }
+    }
+    let digest = unchanged::applied_digest(&body);
+    if let Some(annotations) = body
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.insert(APPLIED_ANNOTATION.into(), json!(digest));
     }
     body
 }

@@ -46,7 +46,11 @@ pub struct MetricsServing {
 pub struct Options {
     /// The field manager of every status write, and the Events' reporter.
     pub field_manager: String,
+    /// Held while the plugin serving an object declares `Finalize`.
     pub finalizer: String,
+    /// Held while an object's children need the operator to remove them
+    /// (see `finalizers`).
+    pub children_finalizer: String,
     pub binding: BindingPolicy,
     /// Where objects list their extension references.
     pub extensions_path: FieldPath,
@@ -91,6 +95,7 @@ impl Default for Options {
         Self {
             field_manager: "kplug-operator".to_owned(),
             finalizer: "kplug.io/finalize".to_owned(),
+            children_finalizer: "kplug.io/children".to_owned(),
             binding: BindingPolicy::Sticky,
             extensions_path: FieldPath::default_extensions(),
             preferred_implementation_path: FieldPath::parse_static("spec.preferredImplementation"),
@@ -144,6 +149,14 @@ impl Options {
             ChildScope::Cluster => None,
         }
     }
+
+    /// The operator's finalizers.
+    pub(crate) fn finalizer_names(&self) -> crate::finalizers::Names<'_> {
+        crate::finalizers::Names {
+            finalize: &self.finalizer,
+            children: &self.children_finalizer,
+        }
+    }
 }
 
 /// `--metrics-bind-address`: `HOST:PORT`, `:PORT` (every interface) or
@@ -188,13 +201,24 @@ pub struct OperatorArgs {
         default_value = "kplug-operator"
     )]
     pub field_manager: String,
-    /// The finalizer that lets a plugin finalize an object before it goes.
+    /// The finalizer that lets a plugin finalize an object before it goes;
+    /// only on objects served by a plugin that declares Finalize.
     #[arg(
         long,
         env = "KPLUG_OPERATOR_FINALIZER",
         default_value = "kplug.io/finalize"
     )]
     pub finalizer: String,
+    /// The finalizer that keeps an object until the operator has removed
+    /// its children; only on objects whose children their owner references
+    /// alone would not remove right (several waves, children the object
+    /// cannot own, children to abandon).
+    #[arg(
+        long,
+        env = "KPLUG_OPERATOR_CHILDREN_FINALIZER",
+        default_value = "kplug.io/children"
+    )]
+    pub children_finalizer: String,
     /// Sticky: once served by an implementation, an object stays with it
     /// (clear status.implementation to rebind). FollowSelection: every
     /// reconcile goes where kplug's selection says.
@@ -366,6 +390,7 @@ impl OperatorArgs {
         Options {
             field_manager: self.field_manager.clone(),
             finalizer: self.finalizer.clone(),
+            children_finalizer: self.children_finalizer.clone(),
             binding: self.binding,
             extensions_path: self.extensions_path.clone(),
             preferred_implementation_path: self.preferred_implementation_path.clone(),

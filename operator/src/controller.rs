@@ -2,9 +2,9 @@
 //! what triggers a reconcile.
 //!
 //! - the resource itself, filtered to changes that need a plugin: its
-//!   generation, deletion, the finalizer, its annotations (so that
-//!   annotating an object reconciles it at once); never the operator's own
-//!   status writes;
+//!   generation, deletion, its annotations (so that annotating an object
+//!   reconciles it at once); never the operator's own status and
+//!   finalizer writes;
 //! - the watched extension resources (generation changes), mapped to the
 //!   objects that refer to them;
 //! - Plugins of the resource's API turning Ready (kplug's own watch API,
@@ -34,20 +34,15 @@ use crate::extensions;
 use crate::reconciler::{Context, error_policy, reconcile};
 
 /// Changes to an object that call for a reconcile.
-fn trigger_hash(object: &DynamicObject, finalizer: &str) -> u64 {
+fn trigger_hash(object: &DynamicObject) -> u64 {
     let mut hasher = DefaultHasher::new();
     object.meta().generation.hash(&mut hasher);
     object.meta().deletion_timestamp.is_some().hash(&mut hasher);
-    object
-        .finalizers()
-        .iter()
-        .any(|f| f == finalizer)
-        .hash(&mut hasher);
     object.annotations().hash(&mut hasher);
     hasher.finish()
 }
 
-fn plugin_resource() -> ApiResource {
+pub(crate) fn plugin_resource() -> ApiResource {
     ApiResource {
         group: GROUP.to_owned(),
         version: VERSION.to_owned(),
@@ -57,7 +52,7 @@ fn plugin_resource() -> ApiResource {
     }
 }
 
-fn is_ready(plugin: &DynamicObject) -> bool {
+pub(crate) fn is_ready(plugin: &DynamicObject) -> bool {
     let conditions = plugin
         .data
         .pointer("/status/conditions")
@@ -133,10 +128,12 @@ pub struct Watched {
     pub children: Vec<ApiResource>,
 }
 
-/// Runs the controller until `shutdown`, then lets reconciles under way finish.
+/// Runs the controller until `shutdown`, then lets reconciles under way
+/// finish. `plugins` fills the Context's store of the API's Plugins.
 pub async fn run(
     ctx: Arc<Context>,
     watched: Watched,
+    plugins: Writer<DynamicObject>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let client = ctx.client.clone();
@@ -147,13 +144,12 @@ pub async fn run(
     };
     let writer = Writer::new(resource.clone());
     let store = writer.as_reader();
-    let finalizer = ctx.options.finalizer.clone();
     let objects = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            move |o: &DynamicObject| Some(trigger_hash(o, &finalizer)),
+            |o: &DynamicObject| Some(trigger_hash(o)),
             Default::default(),
         );
     let config = controller::Config::default().concurrency(ctx.options.concurrency);
@@ -175,9 +171,10 @@ pub async fn run(
     }
 
     let api_label = format!("{}={}.{}", labels::API, resource.plural, resource.group);
-    let plugins = Api::<DynamicObject>::all_with(client, &plugin_resource());
-    let ready_changes = watcher(plugins, watcher::Config::default().labels(&api_label))
+    let plugins_api = Api::<DynamicObject>::all_with(client, &plugin_resource());
+    let ready_changes = watcher(plugins_api, watcher::Config::default().labels(&api_label))
         .default_backoff()
+        .reflect(plugins)
         .applied_objects()
         .predicate_filter(
             |p: &DynamicObject| {

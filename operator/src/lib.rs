@@ -30,6 +30,7 @@ mod controller;
 pub mod delegate;
 mod discovery;
 pub mod extensions;
+mod finalizers;
 mod leader;
 pub mod metrics;
 mod metrics_server;
@@ -43,6 +44,7 @@ use std::sync::Arc;
 
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::events::Reporter;
+use kube::runtime::reflector::store::Writer;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -251,6 +253,7 @@ impl Operator {
             children: discovery::discover_all(&self.client, &self.options.child_resources).await?,
         };
         let election = self.options.leader_election.clone();
+        let plugins = Writer::new(controller::plugin_resource());
         let ctx = Arc::new(
             Context::new(
                 self.client.clone(),
@@ -261,16 +264,17 @@ impl Operator {
                 self.hooks,
                 events,
             )
-            .with_metrics(self.metrics.clone()),
+            .with_metrics(self.metrics.clone())
+            .with_plugins(plugins.as_reader()),
         );
         match election {
             None => {
-                controller::run(ctx, watched, shutdown).await;
+                controller::run(ctx, watched, plugins, shutdown).await;
                 Ok(())
             }
             Some(election) => {
                 leader::run_as_leader(self.client, &election, &self.metrics, shutdown, |stop| {
-                    controller::run(ctx, watched, stop)
+                    controller::run(ctx, watched, plugins, stop)
                 })
                 .await
             }

@@ -1,6 +1,6 @@
 //! One reconcile of one object: resolve its extensions, delegate through
 //! kplug, write the answer back, record Events, and decide when to come
-//! back. Finalization runs through kube's finalizer helper.
+//! back. Its finalizers are only those the object needs (`finalizers`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kplug_api::v1alpha1::{ApiSelector, Operation, ReconcileStatus};
 use kplug_proto::trace::TraceParent;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -34,6 +33,7 @@ use crate::children::ChildStatus;
 use crate::config::Options;
 use crate::delegate::{self, DelegateError, Delegation};
 use crate::extensions::{ExtensionError, Resolver};
+use crate::finalizers::{self, Needed};
 use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
 use crate::status::{Outcome, RETRYING, reporter};
 
@@ -54,21 +54,13 @@ pub enum ReconcileError {
     /// The object cannot be finalized yet; its conditions say why.
     #[error("not finalized yet: {0}")]
     NotFinalized(String, Duration),
-    /// The finalizer `name` could not be added or removed, or the reconcile
-    /// inside the finalizer helper failed.
-    #[error("{}", crate::words::finalizer_error(name, source))]
-    Finalizer {
-        name: String,
-        #[source]
-        source: Box<finalizer::Error<ReconcileError>>,
-    },
 }
 
 impl ReconcileError {
     fn retry_in(&self) -> Option<Duration> {
         match self {
             Self::NotFinalized(_, retry_in) => Some(*retry_in),
-            Self::Write { .. } | Self::Finalizer { .. } => None,
+            Self::Write { .. } => None,
         }
     }
 }
@@ -99,6 +91,8 @@ pub struct Context {
     child_kinds: Mutex<HashMap<String, children::ChildKind>>,
     /// The watches on the children's kinds.
     pub child_watches: ChildWatches,
+    /// The Plugins of the resource's API, as kplug's watch last showed them.
+    plugins: Store<DynamicObject>,
 }
 
 impl Context {
@@ -129,7 +123,15 @@ impl Context {
             retrying: Mutex::default(),
             child_kinds: Mutex::default(),
             child_watches: ChildWatches::default(),
+            plugins: Writer::new(crate::controller::plugin_resource()).as_reader(),
         }
+    }
+
+    /// Reads the Plugins of the API from `plugins` (filled by the watch of
+    /// them); without it none is known before it answers.
+    pub fn with_plugins(mut self, plugins: Store<DynamicObject>) -> Self {
+        self.plugins = plugins;
+        self
     }
 
     /// Counts into `metrics` (the operator's, which it serves).
@@ -230,6 +232,46 @@ impl Context {
         self.write_outcome(api, object, bound_implementation(object), &outcome, written)
             .await?;
         Ok(())
+    }
+
+    /// Whether a plugin that may serve `object` declares `Finalize`, as the
+    /// watch of Plugins last showed them. The finalizer then goes on before
+    /// the first call, so that an object deleted just after a plugin acted
+    /// on it is still finalized.
+    fn may_finalize(&self, object: &DynamicObject) -> bool {
+        let required = self
+            .options
+            .binding
+            .required(bound_implementation(object), false);
+        let preferred = (self.hooks.preferred_implementation)(object, &self.options);
+        finalizers::may_finalize(&self.plugins.state(), required, preferred.as_deref())
+    }
+
+    /// Gives `object` the finalizers `needed` asks for (`held` is its
+    /// list as last written), returning the list it has now.
+    async fn set_finalizers(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        held: Vec<String>,
+        needed: Needed,
+    ) -> Result<Vec<String>, ReconcileError> {
+        let Some(patch) = finalizers::patch(&held, self.options.finalizer_names(), needed) else {
+            return Ok(held);
+        };
+        let patch = Patch::Json::<()>(patch);
+        let written = api
+            .patch(&object.name_any(), &PatchParams::default(), &patch)
+            .await
+            .map_err(|source| ReconcileError::Write {
+                what: "the object's finalizers".to_owned(),
+                source,
+            })?;
+        info!(
+            object = %self.object_ref(object), finalize = needed.finalize,
+            children = needed.children, "finalizers set"
+        );
+        Ok(written.finalizers().to_vec())
     }
 
     /// The extension objects `object` refers to.
@@ -339,6 +381,16 @@ impl Context {
                 return Ok((Action::requeue(self.backoff(object)), Error));
             }
         };
+        let names = self.options.finalizer_names();
+        let mut finalizers = object.finalizers().to_vec();
+        let held = Needed::held(&finalizers, names);
+        if !held.finalize && self.may_finalize(object) {
+            let needed = Needed {
+                finalize: true,
+                ..held
+            };
+            finalizers = self.set_finalizers(api, object, finalizers, needed).await?;
+        }
         let inventory = inventory(object);
         let observed = self.observe_children(object, &inventory).await;
         let call = self.call(object, &extensions, &observed, Operation::Reconcile, trace);
@@ -364,6 +416,19 @@ impl Context {
             Some(bound) => bound.to_owned(),
             None => answer.plugin.implementation.clone(),
         };
+        // Before any child is applied: a child is never without the
+        // finalizer that its removal needs.
+        let needed = Needed {
+            finalize: answer.plugin.declares(Operation::Finalize),
+            children: finalizers::children_need_removing(
+                object,
+                &answer.desired_children,
+                &inventory,
+                &observed,
+                self.options.child_scope == crate::config::ChildScope::Cluster,
+            ),
+        };
+        self.set_finalizers(api, object, finalizers, needed).await?;
         // A failed answer leaves the children as they are.
         let Applied {
             lines: children,
@@ -434,8 +499,9 @@ impl Context {
         Ok((Action::requeue(requeue_in), result))
     }
 
-    /// `Event::Cleanup`: finalize through the bound implementation; the
-    /// finalizer goes only when the plugin succeeds.
+    /// An object being deleted: its children go first, then, under the
+    /// finalize finalizer, the bound implementation finalizes it; the
+    /// operator's finalizers go once both are done.
     async fn cleanup(
         &self,
         api: &Api<DynamicObject>,
@@ -443,23 +509,21 @@ impl Context {
         trace: TraceParent,
     ) -> Result<Action, ReconcileError> {
         let key = self.object_ref(object);
-        let Some(bound) = bound_implementation(object) else {
-            info!(object = %key, "never served by a plugin: nothing to finalize");
+        let held = Needed::held(object.finalizers(), self.options.finalizer_names());
+        if !held.any() {
+            // Someone else's finalizer keeps it: nothing here for us.
             self.forget(object);
             return Ok(Action::await_change());
-        };
-        let waiting_note = format!(
-            "; the finalizer {} stays until a {bound} plugin finalizes the object",
-            self.options.finalizer
-        );
+        }
+        let finalizers = object.finalizers().to_vec();
         // The children go first, highest wave first, whether or not a
         // plugin is up: the inventory says what they are.
         let children = inventory(object);
         if let Err(waiting) = self.tear_down_children(object, &children).await {
             let message = format!(
-                "removing the object's children: {waiting}; the finalizer {} stays until they \
+                "removing the object's children: {waiting}; the finalizers {} stay until they \
                  are gone",
-                self.options.finalizer
+                finalizers.join(", ")
             );
             self.not_delegated(
                 api,
@@ -471,6 +535,31 @@ impl Context {
             .await?;
             return Err(ReconcileError::NotFinalized(message, CHILDREN_POLL));
         }
+        let bound = bound_implementation(object).filter(|_| held.finalize);
+        if let Some(bound) = bound {
+            self.finalize(api, object, bound, trace).await?;
+        } else if held.finalize {
+            info!(object = %key, "never served by a plugin: nothing to finalize");
+        }
+        self.set_finalizers(api, object, finalizers, Needed::default())
+            .await?;
+        self.forget(object);
+        Ok(Action::await_change())
+    }
+
+    /// The bound implementation's Finalize: `Ok` once it succeeded.
+    async fn finalize(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        bound: &str,
+        trace: TraceParent,
+    ) -> Result<(), ReconcileError> {
+        let key = self.object_ref(object);
+        let waiting_note = format!(
+            "; the finalizer {} stays until a {bound} plugin finalizes the object",
+            self.options.finalizer
+        );
         let extensions = match self.extensions(object, true).await {
             Ok(extensions) => extensions,
             Err(error) => {
@@ -487,8 +576,7 @@ impl Context {
             Ok(answer) if answer.success => {
                 info!(object = %key, plugin = %answer.plugin.name, operation_id = %answer.operation_id, "finalized");
                 self.record_results(object, &answer, "Finalize").await;
-                self.forget(object);
-                Ok(Action::await_change())
+                Ok(())
             }
             Ok(answer) => {
                 self.record_results(object, &answer, "Finalize").await;
@@ -539,35 +627,21 @@ pub async fn reconcile(
         operation_id = tracing::field::Empty,
     );
     let api = ctx.api_for(&object);
-    // Adding or removing the finalizer alone is a success.
-    let result = Mutex::new(ReconcileResult::Success);
-    let outcome = finalizer(
-        &api,
-        &ctx.options.finalizer,
-        object.clone(),
-        |event| async {
-            match event {
-                finalizer::Event::Apply(object) => {
-                    let (action, ended) = ctx.apply(&api, &object, trace).await?;
-                    *result.lock() = ended;
-                    Ok(action)
-                }
-                finalizer::Event::Cleanup(object) => ctx.cleanup(&api, &object, trace).await,
-            }
-        },
-    )
+    let outcome = async {
+        match object.metadata.deletion_timestamp {
+            Some(_) => (ctx.cleanup(&api, &object, trace).await)
+                .map(|action| (action, ReconcileResult::Success)),
+            None => ctx.apply(&api, &object, trace).await,
+        }
+    }
     .instrument(span)
-    .await
-    .map_err(|e| ReconcileError::Finalizer {
-        name: ctx.options.finalizer.clone(),
-        source: Box::new(e),
-    });
-    let ended = match outcome {
-        Ok(_) => *result.lock(),
+    .await;
+    let ended = match &outcome {
+        Ok((_, ended)) => *ended,
         Err(_) => ReconcileResult::Error,
     };
     ctx.reconciled(&object, ended, started.elapsed());
-    outcome
+    outcome.map(|(action, _)| action)
 }
 
 /// The controller's error policy: the error's own delay, else the object's backoff.
@@ -576,14 +650,7 @@ pub fn error_policy(
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
-    let delay = match error {
-        ReconcileError::Finalizer { source, .. } => match source.as_ref() {
-            finalizer::Error::CleanupFailed(e) | finalizer::Error::ApplyFailed(e) => e.retry_in(),
-            _ => None,
-        },
-        other => other.retry_in(),
-    };
-    let delay = delay.unwrap_or_else(|| ctx.backoff(&object));
+    let delay = error.retry_in().unwrap_or_else(|| ctx.backoff(&object));
     warn!(object = %ctx.object_ref(&object), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

@@ -5,7 +5,7 @@
 //! and reason.
 
 use kube::core::Status;
-use kube::runtime::{controller, finalizer, watcher};
+use kube::runtime::{controller, watcher};
 
 /// kube-apiserver's answer: its message, then the code and reason that
 /// `kubectl` prints as `Error from server (Reason)`.
@@ -46,21 +46,6 @@ pub fn watch_error(error: &watcher::Error) -> String {
     }
 }
 
-/// The finalizer helper's failure around a reconcile whose own error is
-/// `E` (worded by its `Display`).
-pub fn finalizer_error<E: std::error::Error>(name: &str, error: &finalizer::Error<E>) -> String {
-    match error {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.to_string(),
-        finalizer::Error::AddFinalizer(e) => {
-            format!("adding the finalizer {name} failed: {}", kube_error(e))
-        }
-        finalizer::Error::RemoveFinalizer(e) => {
-            format!("removing the finalizer {name} failed: {}", kube_error(e))
-        }
-        other => other.to_string(),
-    }
-}
-
 /// A controller's failure other than a reconcile's.
 pub fn controller_error<E: std::error::Error>(
     error: &controller::Error<E, watcher::Error>,
@@ -85,10 +70,9 @@ mod tests {
         };
         let error = kube::Error::Api(Box::new(conflict));
         assert!(error.to_string().contains("Status {"), "kube-rs's own text");
-        let removing: finalizer::Error<std::io::Error> = finalizer::Error::RemoveFinalizer(error);
         assert_eq!(
-            finalizer_error("kplug.io/cleanup", &removing),
-            "removing the finalizer kplug.io/cleanup failed: kube-apiserver answered: \
+            kube_error(&error),
+            "kube-apiserver answered: \
              Operation cannot be fulfilled on widgets.test.kplug.io \"a\": the object has been \
              modified (409 Conflict)"
         );

@@ -76,6 +76,22 @@ fn condition<'v>(object: &'v Value, type_: &str) -> Option<&'v Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// The server-side applies kube-apiserver has served on ConfigMaps,
+/// Deployments and Services (its `apiserver_request_total`).
+fn applies(world: &Widgets) -> u64 {
+    let metrics = world.cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(r#"verb="APPLY""#))
+        .filter(|l| {
+            ["configmaps", "deployments", "services"]
+                .iter()
+                .any(|r| l.contains(&format!(r#"resource="{r}""#)))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Writes the Deployment `default/hello`'s status as its controller would:
 /// no controller-manager runs on this control plane.
 fn deployment_status(world: &Widgets, status: &str) {
@@ -103,7 +119,7 @@ fn site(pages: &str, expose: bool) -> String {
 fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
     let (world, mut plugin) = start();
     let kubeconfig = world.cluster.kubeconfig();
-    let _operator = world.run_operator_for(WEBSITES, "default", &kubeconfig, &[]);
+    let (_operator, log) = world.run_operator_for(WEBSITES, "default", &kubeconfig, &[]);
     world.cluster.apply(&site("<h1>one</h1>", true));
     let website = get(&world, "website/hello").expect("the Website");
     let uid = website["metadata"]["uid"]
@@ -188,6 +204,27 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
                 .ok_or_else(|| website["status"].to_string())
         },
     );
+    // A reconcile whose children are as last applied applies none of them
+    // again: kube-apiserver counts no apply of them.
+    let before = applies(&world);
+    assert!(
+        before >= 3,
+        "kube-apiserver counts applies as APPLY: {before}"
+    );
+    log.drain();
+    world.cluster.kubectl_ok(&[
+        "annotate",
+        "website",
+        "hello",
+        "-n",
+        "default",
+        "kplug.io/reconcile-requested-at=1",
+    ]);
+    log.wait_for(Duration::from_secs(20), "the reconcile asked for", |l| {
+        l.contains("reconciled") && l.contains("hello.default")
+    });
+    assert_eq!(applies(&world), before, "children applied again unchanged");
+
     // A child deleted by hand is applied again, as soon.
     world
         .cluster
@@ -273,13 +310,30 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
             .ok_or_else(|| format!("{keys:?}: {}", website["status"]))
     });
 
-    // Deleted: the children go before the Website does.
+    // Deleted with its plugin scaled to zero: the children go from the
+    // inventory, highest wave first, then the Website. The plugin declares
+    // no Finalize, so the Website's only finalizer is the children's, for
+    // their waves.
     world
         .cluster
         .apply(&site("<h1>other</h1>", true).replace("name: hello", "name: other"));
     wait_until("the other site's Service", Duration::from_secs(60), || {
         get(&world, "service/other").map(|_| ())
     });
+    let other = get(&world, "website/other").expect("the other Website");
+    assert_eq!(
+        other["metadata"]["finalizers"],
+        serde_json::json!(["kplug.io/children"]),
+        "{other}"
+    );
+    plugin.terminate(Duration::from_secs(10));
+    wait_until("the website plugin gone", Duration::from_secs(30), || {
+        world
+            .gone(None, "plugin/website")
+            .then_some(())
+            .ok_or("still registered")
+    });
+    log.drain();
     world.cluster.kubectl_ok(&[
         "delete",
         "website",
@@ -306,10 +360,29 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
                 .ok_or_else(|| format!("{left:?}"))
         },
     );
+    let removed: Vec<String> = log
+        .drain()
+        .into_iter()
+        .filter(|l| l.contains("removed a child") && l.contains("default/other"))
+        .filter_map(|l| {
+            Some(
+                l.split("key=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let pages_at = removed.iter().position(|k| k == "pages");
+    let last_wave_one = removed.iter().rposition(|k| k == "web" || k == "service");
+    assert!(
+        removed.len() == 3 && last_wave_one < pages_at,
+        "wave 1 (web, service), then wave 0 (pages): {removed:?}"
+    );
 
     // A release that asks for no children at all (the hello plugin, in the
     // website plugin's place): nothing is deleted, and the Website says why.
-    plugin.terminate(Duration::from_secs(10));
     let token = world.work.path().join("website.token");
     let _hello = Process::spawn(
         hello_plugin_command(&world.kplug, "website", &token)

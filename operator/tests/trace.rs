@@ -67,8 +67,10 @@ fn one_trace_id_goes_from_the_operator_through_kplug_to_plugins_of_both_sdks() {
             },
         );
 
-        // Each hop logged the call with the trace id and one operation id.
-        let by_operator = operation_logged(&operator_log, "the operator", &trace_id, name);
+        // Each hop logged the call with the trace id and one operation id
+        // (the operator's reconcile also logs its finalizer, before the call).
+        let by_operator =
+            operation_logged(&operator_log, "the operator", &trace_id, ": reconciled ");
         let by_kplug = operation_logged(&world.kplug.log, "kplug", &trace_id, "reconciled");
         let by_plugin = operation_logged(plugin_log, implementation, &trace_id, plugin_needle);
         assert_eq!(by_kplug, by_operator, "{name}: kplug and the operator");

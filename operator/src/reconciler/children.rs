@@ -201,8 +201,9 @@ impl Context {
         Applied { lines, prune_held }
     }
 
-    /// Server-side applies one child as `parent`'s; `live` is the child as
-    /// observed before, whose drift it reports.
+    /// Server-side applies one child as `parent`'s, unless `live` (the
+    /// child as observed before) already is what the apply would make it;
+    /// reports the drift it undoes.
     async fn apply_child(
         &self,
         parent: &DynamicObject,
@@ -241,6 +242,15 @@ impl Context {
             let namespace = self.options.child_watch_namespace();
             (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
         }
+        let body = owned_child(parent, child, &line);
+        if let Some(live) = live {
+            let live_json = serde_json::to_value(live).unwrap_or_default();
+            if children::unchanged(&body, &live_json) {
+                line.namespace = live.namespace().unwrap_or_default();
+                line.ready = readiness(child, live);
+                return line;
+            }
+        }
         let manager = field_manager(&parent_uid(parent));
         let drifted = live.and_then(|live| {
             let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
@@ -260,7 +270,6 @@ impl Context {
             self.metrics.child_drifted(&line.kind);
             line.drifted = drifted;
         }
-        let body = owned_child(parent, child, &line);
         let params = PatchParams::apply(&manager).force();
         match api.patch(&line.name, &params, &Patch::Apply(&body)).await {
             Ok(live) => {
