@@ -3,13 +3,17 @@
 //! its parent at once. A kind is watched from the first child of it the
 //! operator applies, on the children's parent-UID label only, each event
 //! mapped to the parent through the child's controller owner reference.
+//! Each watch keeps a store of the children it saw, which the reconciler
+//! reads instead of asking kube-apiserver for every child every time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::StreamExt;
 use futures::channel::mpsc;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::reflector::ObjectRef;
+use kube::api::{Api, ApiResource, DynamicObject, TypeMeta};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
@@ -18,10 +22,20 @@ use tracing::info;
 
 use crate::children::{PARENT_ANNOTATION, PARENT_UID_LABEL};
 
+/// One kind's watch.
+struct Watch {
+    /// The watch stops when this is dropped.
+    _task: AbortOnDropHandle<()>,
+    /// The children of the kind, as the watch last saw them, keyed with
+    /// `resource`.
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+}
+
 /// The watches started so far, and where their events go.
 pub struct ChildWatches {
-    /// By `apiVersion/kind`; a watch stops when this is dropped.
-    watches: Mutex<HashMap<String, AbortOnDropHandle<()>>>,
+    /// By `apiVersion/kind`.
+    watches: Mutex<HashMap<String, Watch>>,
     wake: mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
     /// Taken once by the controller: the parents to reconcile.
     woken: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>>,
@@ -68,7 +82,12 @@ impl ChildWatches {
         };
         let config = watcher::Config::default().labels(PARENT_UID_LABEL);
         let (wake, parent) = (self.wake.clone(), parent.clone());
-        let changes = watcher(api, config).default_backoff().touched_objects();
+        let writer = Writer::new(child.clone());
+        let store = writer.as_reader();
+        let changes = watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
         let task = tokio::spawn(async move {
             changes
                 .for_each(|change| {
@@ -82,7 +101,44 @@ impl ChildWatches {
                 .await;
         });
         info!(kind = %key, "watching the operator's children of this kind");
-        watches.insert(key, AbortOnDropHandle::new(task));
+        let watch = Watch {
+            _task: AbortOnDropHandle::new(task),
+            store,
+            resource: child.clone(),
+        };
+        watches.insert(key, watch);
+    }
+
+    /// The child `name` of kind `child` in `namespace` (empty: cluster-
+    /// scoped) as its watch last saw it: `Some(None)` when the watch has
+    /// listed and not seen it, `None` when the kind is not watched or not
+    /// listed yet (ask kube-apiserver).
+    pub fn cached(
+        &self,
+        child: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<DynamicObject>> {
+        let key = format!("{}/{}", child.api_version, child.kind);
+        let watches = self.watches.lock();
+        let Watch {
+            store, resource, ..
+        } = watches.get(&key)?;
+        store.wait_until_ready().now_or_never()?.ok()?;
+        let reference = ObjectRef::new_with(name, resource.clone());
+        let reference = match namespace {
+            "" => reference,
+            namespace => reference.within(namespace),
+        };
+        // Listed objects come without their kind: give it back.
+        let typed = |child: Arc<DynamicObject>| DynamicObject {
+            types: Some(TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            }),
+            ..DynamicObject::clone(&child)
+        };
+        Some(store.get(&reference).map(typed))
     }
 }
 

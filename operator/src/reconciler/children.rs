@@ -92,9 +92,17 @@ impl Context {
         })
     }
 
-    /// The children of `parent`'s inventory as they are now, by key; one
-    /// that is gone, or cannot be read, is left out (the plugin sees it
-    /// missing and asks for it again).
+    /// The child `line` names as its kind's watch last saw it, if that
+    /// watch has listed its kind.
+    async fn cached_child(&self, line: &ChildStatus) -> Option<Option<DynamicObject>> {
+        let kind = self.child_kind(&line.api_version, &line.kind).await.ok()?;
+        (self.child_watches).cached(&kind.resource, &line.namespace, &line.name)
+    }
+
+    /// The children of `parent`'s inventory as they are now, by key, from
+    /// the watches on their kinds (else from kube-apiserver); one that is
+    /// gone, or cannot be read, is left out (the plugin sees it missing and
+    /// asks for it again).
     pub(super) async fn observe_children(
         &self,
         parent: &DynamicObject,
@@ -102,6 +110,12 @@ impl Context {
     ) -> Vec<(String, DynamicObject)> {
         let mut observed = Vec::with_capacity(inventory.len());
         for line in inventory {
+            if let Some(cached) = self.cached_child(line).await {
+                if let Some(child) = cached.filter(|c| controlled_by(c, parent)) {
+                    observed.push((line.key.clone(), child));
+                }
+                continue;
+            }
             let Ok(api) = self.child_api(parent, line).await else {
                 continue;
             };
@@ -243,6 +257,15 @@ impl Context {
             (self.child_watches).ensure(&self.client, &kind.resource, namespace, &self.resource);
         }
         let body = owned_child(parent, child, &line);
+        // A child applied by a reconcile whose parent the store had not yet
+        // updated is not in its inventory, so not observed: its watch has it.
+        let cached = match live {
+            Some(_) => None,
+            None => (self.cached_child(&line).await)
+                .flatten()
+                .filter(|c| controlled_by(c, parent)),
+        };
+        let live = live.or(cached.as_ref());
         if let Some(live) = live {
             let live_json = serde_json::to_value(live).unwrap_or_default();
             if children::unchanged(&body, &live_json) {
