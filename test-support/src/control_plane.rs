@@ -28,6 +28,12 @@ impl ControlPlane {
     /// Starts the control plane with its files in `dir` and waits until
     /// kube-apiserver is ready (the script waits for `/readyz`).
     pub fn start(dir: PathBuf) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// As [`ControlPlane::start`], with `apiserver_args` added to
+    /// kube-apiserver's flags (e.g. an audit log).
+    pub fn start_with(dir: PathBuf, apiserver_args: &[String]) -> Self {
         // Own the directory before anything can fail, so that Drop stops
         // whatever the script started before failing.
         let mut cluster = Self {
@@ -35,7 +41,11 @@ impl ControlPlane {
             env: HashMap::new(),
             applied: AtomicUsize::new(0),
         };
-        let status = Command::new(repo_root().join("hack/control-plane.sh"))
+        let mut script = Command::new(repo_root().join("hack/control-plane.sh"));
+        if !apiserver_args.is_empty() {
+            script.env("KPLUG_CP_APISERVER_EXTRA_ARGS", apiserver_args.join(" "));
+        }
+        let status = script
             .arg("start")
             .arg(&cluster.dir)
             .stdin(Stdio::null())

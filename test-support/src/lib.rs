@@ -13,6 +13,7 @@
 //! latency percentiles) and their Markdown ([`report`]) return errors
 //! instead, which a bench reports from `main`.
 
+pub mod audit;
 pub mod bench_mode;
 mod control_plane;
 mod credentials;

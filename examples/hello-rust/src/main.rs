@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kplug_sdk::{ApiRef, Config, Outcome, Plugin, PluginInfo, Request, Severity};
+use kplug_sdk::{ApiRef, Child, Config, Outcome, Plugin, PluginInfo, Request, Severity};
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 
@@ -44,6 +44,10 @@ struct Args {
     /// the operator then puts no finalizer on the objects.
     #[arg(long, env = "KPLUG_WITHOUT_FINALIZE")]
     without_finalize: bool,
+    /// Also asks for N ConfigMaps holding the greeting, NAME-greeting-0 to
+    /// NAME-greeting-(N-1), as children the operator applies.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    greeting_config_maps: usize,
     #[command(flatten)]
     faults: Faults,
 }
@@ -79,6 +83,7 @@ fn parse_label(label: &str) -> Result<(String, String), String> {
 /// Greets by name, unless told to misbehave.
 struct Hello {
     report_trace_id: bool,
+    greeting_config_maps: usize,
     faults: Faults,
     /// Calls answered so far, for `--fail-every`.
     calls: AtomicU64,
@@ -126,9 +131,21 @@ impl Plugin for Hello {
         {
             status["traceID"] = trace_id.into();
         }
-        Outcome::success()
-            .result(Severity::Normal, "Greeted", &greeting)
-            .object_status(status)
+        let config_maps = (0..self.greeting_config_maps).map(|i| {
+            let config_map = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-greeting-{i}")},
+                "data": {"greeting": greeting},
+            });
+            Child::new(format!("greeting-{i}"), config_map)
+        });
+        config_maps.fold(
+            Outcome::success()
+                .result(Severity::Normal, "Greeted", &greeting)
+                .object_status(status),
+            Outcome::child,
+        )
     }
 
     async fn finalize(&self, request: Request) -> Outcome {
@@ -161,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
 
     let hello = Hello {
         report_trace_id: args.report_trace_id,
+        greeting_config_maps: args.greeting_config_maps,
         faults: args.faults,
         calls: AtomicU64::new(0),
     };
@@ -177,6 +195,7 @@ mod tests {
     fn hello(report_trace_id: bool) -> Hello {
         Hello {
             report_trace_id,
+            greeting_config_maps: 0,
             faults: Faults {
                 delay_ms: 0,
                 fail_with: None,
@@ -214,5 +233,27 @@ mod tests {
                 "traceID": "4bf92f3577b34da6a3ce929d0e0e4736",
             }))
         );
+    }
+
+    #[tokio::test]
+    async fn asks_for_the_greeting_config_maps_it_was_told_to() {
+        let request = Request::new(json!({"metadata": {"name": "ada"}}));
+        assert!(
+            hello(false)
+                .reconcile(request.clone())
+                .await
+                .children
+                .is_empty()
+        );
+        let with_two = Hello {
+            greeting_config_maps: 2,
+            ..hello(false)
+        };
+        let outcome = with_two.reconcile(request).await;
+        let keys: Vec<&str> = outcome.children.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["greeting-0", "greeting-1"]);
+        let second = &outcome.children[1].object;
+        assert_eq!(second["metadata"]["name"], "ada-greeting-1");
+        assert_eq!(second["data"]["greeting"], "hello, ada");
     }
 }

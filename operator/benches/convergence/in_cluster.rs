@@ -87,7 +87,7 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let results = runtime.block_on(measure(&node.kubeconfig()?, &processes, counts))?;
+    let results = runtime.block_on(measure(&node.kubeconfig()?, &processes, counts, None))?;
     let peak = watch.finish()?;
     let after = plain.iter().map(Pod::memory).collect::<Result<Vec<_>>>()?;
 

@@ -49,12 +49,15 @@ mod in_cluster;
 mod phases;
 mod report;
 mod watch;
+mod writes;
+mod writes_report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use kplug_test_support::audit::AuditLog;
 use kplug_test_support::bench_mode::BenchMode;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, KUBECTL, Process, hello_plugin_command, plugin_identity,
@@ -81,7 +84,20 @@ const RESOURCE: &str = "widgets.bench.kplug.io";
 const NAMESPACE: &str = "bench";
 /// The raw API runs' namespace, which the operator does not watch.
 const BASELINE_NAMESPACE: &str = "baseline";
-const PLUGIN: &str = "bench-hello";
+/// The plugins, by implementation: hello, declaring Finalize; hello
+/// without it; hello without it asking for three ConfigMaps per object.
+const PLUGINS: [(&str, &str, &[&str]); 3] = [
+    ("bench-hello", HELLO, &[]),
+    ("bench-lean", LEAN, &["--without-finalize"]),
+    (
+        "bench-children",
+        CHILDREN,
+        &["--without-finalize", "--greeting-config-maps", "3"],
+    ),
+];
+pub const HELLO: &str = "Hello";
+pub const LEAN: &str = "Lean";
+pub const CHILDREN: &str = "Children";
 /// The namespaces of the run, beside the CRD `widget_crd(GROUP)`.
 const NAMESPACES: &str = r"apiVersion: v1
 kind: Namespace
@@ -159,8 +175,9 @@ fn main() -> Result<()> {
         .prefix("kplug-bench-operator-")
         .tempdir_in("/tmp")
         .context("creating a work directory")?;
-    eprintln!("starting the control plane (etcd + kube-apiserver)");
-    let cluster = ControlPlane::start(work.path().join("cp"));
+    eprintln!("starting the control plane (etcd + kube-apiserver, its audit log on)");
+    let audit = AuditLog::new(work.path(), NAMESPACE)?;
+    let cluster = ControlPlane::start_with(work.path().join("cp"), &audit.apiserver_args());
     let kplug = AggregatedKplug::start(
         &cluster,
         work.path(),
@@ -176,32 +193,14 @@ fn main() -> Result<()> {
         "--timeout=60s",
     ]);
 
-    let token = plugin_identity(&cluster, PLUGIN, Some(PLUGIN), work.path());
-    let plugin = Process::spawn(
-        hello_plugin_command(&kplug, PLUGIN, &token)
-            .args([
-                "--api",
-                &format!("{RESOURCE}/{VERSION}"),
-                "--heartbeat-interval",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        "hello-plugin",
-    );
-    wait_until("the plugin Ready", STARTUP_TIMEOUT, || {
-        let output = cluster.kubectl(&["get", "plugin", PLUGIN, "-o", "json"]);
-        let plugin: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-        let ready = plugin["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        ready
-            .then_some(())
-            .ok_or_else(|| String::from_utf8_lossy(&output.stderr).into_owned())
-    });
-    eprintln!("plugin {PLUGIN} (pid {}) is Ready", plugin.pid());
+    let plugins = PLUGINS
+        .into_iter()
+        .map(|(name, implementation, extra)| {
+            let plugin = start_plugin(&cluster, &kplug, work.path(), name, implementation, extra);
+            eprintln!("plugin {name} (pid {}) is Ready", plugin.pid());
+            plugin
+        })
+        .collect::<Vec<_>>();
 
     let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-operator-convergence.log");
     let operator = start_operator(&operator_binary, &cluster.kubeconfig(), &log_path)?;
@@ -219,13 +218,25 @@ fn main() -> Result<()> {
         ("etcd", cluster.var("KPLUG_ETCD_PID").parse()?),
         ("kplug", kplug.pid()),
         ("operator", operator.pid()),
-        ("plugin", plugin.pid()),
+        ("plugin", plugins[0].pid()),
     ];
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let results = runtime.block_on(measure(&cluster.kubeconfig(), &processes, counts))?;
+    let mut results = runtime.block_on(measure(
+        &cluster.kubeconfig(),
+        &processes,
+        counts,
+        Some(&audit),
+    ))?;
+    let mut writes = runtime.block_on(writes::measure(
+        &cluster.kubeconfig(),
+        &processes,
+        counts,
+        &audit,
+    ))?;
+    results.phases.append(&mut writes.phases);
     let log = OperatorLog::read(&log_path)?;
 
     print_report(&Report {
@@ -254,7 +265,48 @@ fn main() -> Result<()> {
             command: COMMAND,
         },
     })?;
+    writes_report::print(&results, &writes);
     Ok(())
+}
+
+/// The hello plugin `name` serving Widgets as `implementation` with
+/// `extra` flags, heartbeating every second, once it is Ready.
+fn start_plugin(
+    cluster: &ControlPlane,
+    kplug: &AggregatedKplug,
+    work: &Path,
+    name: &str,
+    implementation: &str,
+    extra: &[&str],
+) -> Process {
+    let token = plugin_identity(cluster, name, Some(name), work);
+    let plugin = Process::spawn(
+        hello_plugin_command(kplug, name, &token)
+            .args(["--api", &format!("{RESOURCE}/{VERSION}")])
+            .args([
+                "--implementation",
+                implementation,
+                "--heartbeat-interval",
+                "1",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "hello-plugin",
+    );
+    wait_until(&format!("the plugin {name} Ready"), STARTUP_TIMEOUT, || {
+        let output = cluster.kubectl(&["get", "plugin", name, "-o", "json"]);
+        let plugin: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        let ready = plugin["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready
+            .then_some(())
+            .ok_or_else(|| String::from_utf8_lossy(&output.stderr).into_owned())
+    });
+    plugin
 }
 
 /// `kplug-operator` as the admin, its log (stderr) into `log_path`; waits

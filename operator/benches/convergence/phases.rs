@@ -17,18 +17,25 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use kplug_test_support::audit::{AuditLog, Writes};
+use tokio::sync::mpsc::UnboundedReceiver;
+
 use crate::watch::{
-    admin_client, call, check_greeted, next_seen, ready_now, wait_ready, wait_seen, watch, widget,
-    widget_resource,
+    Seen, admin_client, call, check_greeted, next_seen, ready_now, wait_ready, wait_seen, watch,
+    widget, widget_resource,
 };
 use crate::{
-    BASELINE_NAMESPACE, Counts, GROUP, IN_FLIGHT, KIND, NAMESPACE, PHASE_TIMEOUT, PLURAL,
+    BASELINE_NAMESPACE, Counts, GROUP, HELLO, IN_FLIGHT, KIND, NAMESPACE, PHASE_TIMEOUT, PLURAL,
     QUIET_SHARE, QUIET_TIMEOUT, QUIET_WINDOW, REQUEST_TIMEOUT, SETTLE, VERSION,
 };
 
 /// Runs `request(i)` for i in 0..count with `IN_FLIGHT` in flight; returns
 /// the elapsed time and each one's result.
-async fn in_flight<T, F, Fut>(what: &str, count: usize, request: F) -> Result<(Duration, Vec<T>)>
+pub async fn in_flight<T, F, Fut>(
+    what: &str,
+    count: usize,
+    request: F,
+) -> Result<(Duration, Vec<T>)>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -72,6 +79,9 @@ pub struct Results {
     pub convergence: Convergence,
     /// kube-apiserver's requests during the convergence run.
     pub requests: Vec<(String, f64)>,
+    /// The writes in the operator's namespace during it, from the audit
+    /// log (when the control plane keeps one).
+    pub writes: Option<Writes>,
     /// Each phase's name, how many objects or requests it had, and its CPU.
     pub phases: Vec<(&'static str, usize, CpuUsage)>,
     /// How long the bench waited for a quiet kube-apiserver before the
@@ -94,6 +104,7 @@ pub async fn measure(
     kubeconfig: &Path,
     processes: &[(&'static str, u32)],
     counts: Counts,
+    audit: Option<&AuditLog>,
 ) -> Result<Results> {
     let Counts {
         warmup_objects,
@@ -114,7 +125,7 @@ pub async fn measure(
     eprintln!("{warmup_objects} untimed objects, then {latency_objects} timed, one at a time");
     for i in 0..warmup_objects {
         let name = format!("warmup-{i}");
-        call("create", bench.create(&post, &widget(&name))).await?;
+        call("create", bench.create(&post, &widget(&name, HELLO))).await?;
         wait_ready(&mut ready, &name).await?;
     }
     let mut quiet_waits = vec![quiet(processes).await?];
@@ -123,7 +134,7 @@ pub async fn measure(
     for i in 0..latency_objects {
         let name = format!("latency-{i:02}");
         let started = Instant::now();
-        call("create", bench.create(&post, &widget(&name))).await?;
+        call("create", bench.create(&post, &widget(&name, HELLO))).await?;
         samples.push(wait_ready(&mut ready, &name).await? - started);
     }
     phases.push((
@@ -151,7 +162,7 @@ pub async fn measure(
                         api: api_selector,
                         object: &object,
                         extensions: &[],
-                        preferred_implementation: None,
+                        preferred_implementation: Some(HELLO.to_owned()),
                         required_implementation: None,
                         version_constraint: None,
                         timeout: REQUEST_TIMEOUT,
@@ -186,7 +197,7 @@ pub async fn measure(
         // Round trip and until the watch saw the change, per write.
         let mut timings = Vec::with_capacity(7);
         let started = Instant::now();
-        let created = call("create", baseline.create(&post, &widget(&name))).await?;
+        let created = call("create", baseline.create(&post, &widget(&name, HELLO))).await?;
         timings.push(started.elapsed());
         timings.push(wait_seen(&mut changes, &created).await? - started);
         let started = Instant::now();
@@ -239,7 +250,7 @@ pub async fn measure(
         async move {
             call(
                 "create",
-                baseline.create(&PostParams::default(), &widget(&name(i))),
+                baseline.create(&PostParams::default(), &widget(&name(i), HELLO)),
             )
             .await
         }
@@ -287,75 +298,21 @@ pub async fn measure(
     quiet_waits.push(quiet(processes).await?);
     let requests_before = request_counts(&client).await?;
     let before = CpuSnapshot::now(&pids)?;
-    let started = Instant::now();
-    let creating = tokio::spawn({
-        let bench = bench.clone();
-        async move {
-            in_flight("objects for the operator", object_count, |i| {
-                let bench = bench.clone();
-                async move {
-                    let name = format!("widget-{i:04}");
-                    let created_at = Instant::now();
-                    call(
-                        "create",
-                        bench.create(&PostParams::default(), &widget(&name)),
-                    )
-                    .await?;
-                    Ok((name, created_at))
-                }
-            })
-            .await
-        }
-    });
-    let deadline = tokio::time::Instant::from_std(started + PHASE_TIMEOUT);
-    // When each object was first seen Ready.
-    let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
-    while seen.len() < object_count {
-        let (object, at) = next_seen(
-            &mut ready,
-            deadline,
-            || format!("all {object_count} objects Ready ({} were)", seen.len()),
-            |o| {
-                o.name_any().starts_with("widget-")
-                    && ready_now(o)
-                    && !seen.contains_key(&o.name_any())
-            },
-        )
-        .await?;
-        check_greeted(&object)?;
-        seen.insert(object.name_any(), at);
-        if seen.len().is_multiple_of(100) {
-            eprintln!(
-                "{} of {object_count} Ready after {:.1} s",
-                seen.len(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let elapsed = started.elapsed();
-    let usage = before.usage()?;
-    let (creates_done, created) = creating.await.context("the creating task")??;
+    let marked = audit.map(AuditLog::mark).transpose()?;
+    let convergence = converge(&bench, &mut ready, "widget", HELLO, object_count).await?;
     phases.push((
         "objects through the operator (per object)",
         object_count,
-        usage,
+        before.usage()?,
     ));
     // The operator records the Event after the status write that made the
     // object Ready: give the last ones a moment.
     tokio::time::sleep(SETTLE).await;
     let requests_after = request_counts(&client).await?;
-    let created: BTreeMap<String, Instant> = created.into_iter().collect();
-    let per_object = seen
-        .iter()
-        .map(|(name, at)| {
-            let created_at = created
-                .get(name)
-                .with_context(|| format!("{name} Ready but not created"))?;
-            Ok(at.saturating_duration_since(*created_at))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut ready_after: Vec<Duration> = seen.values().map(|at| *at - started).collect();
-    ready_after.sort_unstable();
+    let writes = match (audit, marked) {
+        (Some(audit), Some(mark)) => Some(audit.writes_since(mark)?),
+        _ => None,
+    };
     let mut requests: Vec<(String, f64)> = requests_after
         .iter()
         .map(|(key, after)| {
@@ -380,15 +337,84 @@ pub async fn measure(
         merge_status_writes,
         apply_status_writes,
         reconciles,
-        convergence: Convergence {
-            elapsed,
-            creates_done,
-            ready_after,
-            per_object: Latencies::new(per_object),
-        },
+        convergence,
         requests,
+        writes,
         phases,
         quiet_waits,
+    })
+}
+
+/// Creates `count` objects named `PREFIX-NNNN` asking for `implementation`
+/// in `bench`, `IN_FLIGHT` in flight, and times them from the first create
+/// until `ready` (the watch on `bench`) has seen every one Ready.
+pub async fn converge(
+    bench: &Api<DynamicObject>,
+    ready: &mut UnboundedReceiver<Seen>,
+    prefix: &str,
+    implementation: &'static str,
+    count: usize,
+) -> Result<Convergence> {
+    let started = Instant::now();
+    let named = |name: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|n| n.starts_with('-'))
+    };
+    let creating = tokio::spawn({
+        let (bench, prefix) = (bench.clone(), prefix.to_owned());
+        async move {
+            in_flight(&format!("{prefix} objects for the operator"), count, |i| {
+                let (bench, name) = (bench.clone(), format!("{prefix}-{i:04}"));
+                async move {
+                    let created_at = Instant::now();
+                    let object = widget(&name, implementation);
+                    call("create", bench.create(&PostParams::default(), &object)).await?;
+                    Ok((name, created_at))
+                }
+            })
+            .await
+        }
+    });
+    let deadline = tokio::time::Instant::from_std(started + PHASE_TIMEOUT);
+    // When each object was first seen Ready.
+    let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
+    while seen.len() < count {
+        let (object, at) = next_seen(
+            ready,
+            deadline,
+            || format!("all {count} {prefix} objects Ready ({} were)", seen.len()),
+            |o| named(&o.name_any()) && ready_now(o) && !seen.contains_key(&o.name_any()),
+        )
+        .await?;
+        check_greeted(&object)?;
+        seen.insert(object.name_any(), at);
+        if seen.len().is_multiple_of(100) {
+            eprintln!(
+                "{} of {count} Ready after {:.1} s",
+                seen.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let elapsed = started.elapsed();
+    let (creates_done, created) = creating.await.context("the creating task")??;
+    let created: BTreeMap<String, Instant> = created.into_iter().collect();
+    let per_object = seen
+        .iter()
+        .map(|(name, at)| {
+            let created_at = created
+                .get(name)
+                .with_context(|| format!("{name} Ready but not created"))?;
+            Ok(at.saturating_duration_since(*created_at))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut ready_after: Vec<Duration> = seen.values().map(|at| *at - started).collect();
+    ready_after.sort_unstable();
+    Ok(Convergence {
+        elapsed,
+        creates_done,
+        ready_after,
+        per_object: Latencies::new(per_object),
     })
 }
 
@@ -396,7 +422,7 @@ pub async fn measure(
 /// under `QUIET_SHARE` of one CPU (after start-up and CRD changes it
 /// rebuilds its OpenAPI for a while), at most `QUIET_TIMEOUT`; returns how
 /// long it waited.
-async fn quiet(processes: &[(&str, u32)]) -> Result<Duration> {
+pub async fn quiet(processes: &[(&str, u32)]) -> Result<Duration> {
     let started = Instant::now();
     let apiserver = [processes[0].1];
     loop {

@@ -25,8 +25,10 @@ pub fn widget_resource() -> ApiResource {
     }
 }
 
-pub fn widget(name: &str) -> DynamicObject {
-    DynamicObject::new(name, &widget_resource()).data(json!({"spec": {"color": "blue"}}))
+/// A Widget asking for plugins of `implementation`.
+pub fn widget(name: &str, implementation: &str) -> DynamicObject {
+    let spec = json!({"color": "blue", "preferredImplementation": implementation});
+    DynamicObject::new(name, &widget_resource()).data(json!({ "spec": spec }))
 }
 
 pub async fn admin_client(kubeconfig: &Path) -> Result<Client> {
