@@ -9,8 +9,8 @@
 use kplug_api::shadow::{FieldDifference, field_differences};
 use kplug_api::v1alpha1::DesiredChild;
 use kplug_operator::children::{
-    ALLOW_MASS_PRUNE, ChildStatus, controlled_by, field_manager, inventory, line_of, owned_child,
-    parent_uid, prune_held,
+    ALLOW_MASS_PRUNE, ChildStatus, child_namespace, controlled_by, field_manager, inventory,
+    line_of, owned_child, parent_uid, prune_held,
 };
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
@@ -62,15 +62,14 @@ async fn child_api(
                 line.kind, line.api_version
             )
         })?;
-    if capabilities.scope == Scope::Cluster {
-        line.namespace.clear();
-        return Ok(Api::all_with(client.clone(), &resource));
-    }
-    let namespace = match line.namespace.as_str() {
-        "" => parent.namespace().unwrap_or_default(),
-        namespace => namespace.to_owned(),
-    };
-    Ok(Api::namespaced_with(client.clone(), &namespace, &resource))
+    let namespaced = capabilities.scope == Scope::Namespaced;
+    Ok(match child_namespace(parent, line, namespaced) {
+        Some(namespace) => Api::namespaced_with(client.clone(), &namespace, &resource),
+        None => {
+            line.namespace.clear();
+            Api::all_with(client.clone(), &resource)
+        }
+    })
 }
 
 /// The children of `parent`'s inventory that it controls, as they are now,

@@ -147,6 +147,23 @@ pub fn parent_uid(parent: &DynamicObject) -> String {
     parent.uid().unwrap_or_default()
 }
 
+/// The namespace of the child `line` names under `parent`, for a kind
+/// that is `namespaced`: its own, else its parent's; `None` for a
+/// cluster-scoped kind.
+pub fn child_namespace(
+    parent: &DynamicObject,
+    line: &ChildStatus,
+    namespaced: bool,
+) -> Option<String> {
+    if !namespaced {
+        return None;
+    }
+    Some(match line.namespace.as_str() {
+        "" => parent.namespace().unwrap_or_default(),
+        namespace => namespace.to_owned(),
+    })
+}
+
 /// Whether `parent` can own a child in `namespace` (empty: a
 /// cluster-scoped child) through an owner reference, as Kubernetes' garbage
 /// collector allows: a cluster-scoped parent can own anything, a namespaced

@@ -19,8 +19,8 @@ use super::Context;
 use crate::ChildScope;
 use crate::children::{
     self, ALLOW_MASS_PRUNE, ChildStatus, KEY_ANNOTATION, PARENT_ANNOTATION, PARENT_UID_LABEL,
-    PRUNE, PRUNE_DISABLED, can_own, controlled_by, field_manager, line_of, owned_child, parent_uid,
-    ready_by_default,
+    PRUNE, PRUNE_DISABLED, can_own, child_namespace, controlled_by, field_manager, line_of,
+    owned_child, parent_uid, ready_by_default,
 };
 
 /// Where a child's kind is served.
@@ -78,17 +78,11 @@ impl Context {
         line: &ChildStatus,
     ) -> Result<Api<DynamicObject>, String> {
         let kind = self.child_kind(&line.api_version, &line.kind).await?;
-        Ok(match (kind.namespaced, parent.namespace()) {
-            (true, Some(parent_namespace)) => {
-                let namespace = Some(line.namespace.clone()).filter(|n| !n.is_empty());
-                let namespace = namespace.unwrap_or(parent_namespace);
+        Ok(match child_namespace(parent, line, kind.namespaced) {
+            Some(namespace) => {
                 Api::namespaced_with(self.client.clone(), &namespace, &kind.resource)
             }
-            // A namespaced child of a cluster-scoped parent names its namespace.
-            (true, None) => {
-                Api::namespaced_with(self.client.clone(), &line.namespace, &kind.resource)
-            }
-            (false, _) => Api::all_with(self.client.clone(), &kind.resource),
+            None => Api::all_with(self.client.clone(), &kind.resource),
         })
     }
 
