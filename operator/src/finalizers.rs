@@ -86,6 +86,21 @@ pub fn may_finalize(
         })
 }
 
+/// Whether the plugins of `implementation` among `plugins` are known to
+/// handle no Finalize: there is one, and every one declares capabilities
+/// without it. Not known while none is registered (it may be down).
+pub fn declines_finalize(plugins: &[Arc<DynamicObject>], implementation: &str) -> bool {
+    let mut of_it = plugins
+        .iter()
+        .filter(|p| p.data["spec"]["implementation"] == implementation)
+        .peekable();
+    of_it.peek().is_some()
+        && of_it.all(|plugin| {
+            let capabilities = plugin.data["spec"]["protocol"]["capabilities"].as_array();
+            capabilities.is_some_and(|c| !c.is_empty() && !c.iter().any(|c| c == "Finalize"))
+        })
+}
+
 /// Whether `parent`'s children, those an answer asks for (`desired`),
 /// those its inventory lists and those last observed, need the operator to
 /// remove them (see the module's text). With `elsewhere` (children allowed
@@ -291,6 +306,30 @@ mod tests {
         assert!(
             may_finalize(&lean_down, None, Some("Lean")),
             "the fallback may serve it"
+        );
+    }
+
+    #[test]
+    fn only_registered_plugins_that_all_leave_out_finalize_decline_it() {
+        let plugins = [
+            plugin("Lean", &["Reconcile"], true),
+            plugin("Lean", &["Reconcile", "DryRun"], false),
+            plugin("Mixed", &["Reconcile"], true),
+            plugin("Mixed", &["Reconcile", "Finalize"], true),
+            plugin("Old", &[], true),
+        ];
+        assert!(declines_finalize(&plugins, "Lean"));
+        assert!(
+            !declines_finalize(&plugins, "Mixed"),
+            "one of them finalizes"
+        );
+        assert!(
+            !declines_finalize(&plugins, "Old"),
+            "declares nothing: everything"
+        );
+        assert!(
+            !declines_finalize(&plugins, "Gone"),
+            "none registered: it may be down"
         );
     }
 

@@ -535,11 +535,17 @@ impl Context {
             .await?;
             return Err(ReconcileError::NotFinalized(message, CHILDREN_POLL));
         }
-        let bound = bound_implementation(object).filter(|_| held.finalize);
-        if let Some(bound) = bound {
-            self.finalize(api, object, bound, trace).await?;
-        } else if held.finalize {
-            info!(object = %key, "never served by a plugin: nothing to finalize");
+        match bound_implementation(object).filter(|_| held.finalize) {
+            // Its finalizer predates a release that declares no Finalize
+            // (kplug would refuse the call): nothing to clean up.
+            Some(bound) if finalizers::declines_finalize(&self.plugins.state(), bound) => {
+                info!(object = %key, implementation = bound, "its plugins declare no Finalize: nothing to finalize");
+            }
+            Some(bound) => self.finalize(api, object, bound, trace).await?,
+            None if held.finalize => {
+                info!(object = %key, "never served by a plugin: nothing to finalize");
+            }
+            None => {}
         }
         self.set_finalizers(api, object, finalizers, Needed::default())
             .await?;

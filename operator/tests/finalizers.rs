@@ -2,7 +2,9 @@
 //! the finalize finalizer only while the plugin serving it declares
 //! `Finalize`, so that one served by a plugin without it costs no
 //! finalizer write and its deletion waits for nobody, not even a running
-//! operator.
+//! operator; and an object still carrying it when a release without
+//! Finalize took over goes when deleted, not stuck on a call kplug would
+//! refuse.
 
 mod support;
 
@@ -56,12 +58,30 @@ fn the_finalize_finalizer_follows_what_the_serving_plugin_declares() {
     let (mut with, _with_log) = hello(&world, "hello-with", &[]);
     world.request_reconcile("plain", "1");
     wait_served(&world, "plain", "hello-with", &json!([FINALIZER]));
+    world.apply("kept", "size: 2");
+    wait_served(&world, "kept", "hello-with", &json!([FINALIZER]));
 
-    // Back to one without: the finalizer comes off again.
+    // Back to one without: the finalizer comes off again at the next
+    // reconcile.
     with.terminate(Duration::from_secs(10));
     let _without_again = hello(&world, "hello-without-again", &["--without-finalize"]);
     world.request_reconcile("plain", "2");
     wait_served(&world, "plain", "hello-without-again", &json!([]));
+
+    // Deleted before any: it goes all the same, its plugins declaring no
+    // Finalize to call.
+    world.cluster.kubectl_ok(&[
+        "delete",
+        "widget",
+        "kept",
+        "-n",
+        "default",
+        "--timeout=20s",
+    ]);
+    assert!(world.gone(Some("default"), "widget/kept"));
+    log.wait_for(Duration::from_secs(5), "why it was not finalized", |l| {
+        l.contains("its plugins declare no Finalize") && l.contains("kept.default")
+    });
 
     // Its deletion waits for nobody: the operator is not even running.
     operator.terminate(Duration::from_secs(10));
