@@ -70,14 +70,9 @@ fn the_finalize_finalizer_follows_what_the_serving_plugin_declares() {
 
     // Deleted before any: it goes all the same, its plugins declaring no
     // Finalize to call.
-    world.cluster.kubectl_ok(&[
-        "delete",
-        "widget",
-        "kept",
-        "-n",
-        "default",
-        "--timeout=20s",
-    ]);
+    world
+        .cluster
+        .kubectl_ok(&["delete", "widget", "kept", "-n", "default", "--timeout=20s"]);
     assert!(world.gone(Some("default"), "widget/kept"));
     log.wait_for(Duration::from_secs(5), "why it was not finalized", |l| {
         l.contains("its plugins declare no Finalize") && l.contains("kept.default")

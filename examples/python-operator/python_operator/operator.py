@@ -149,6 +149,13 @@ def failure(answer: Object) -> tuple[str, str]:
     return problem.get("reason") or "ReconcileFailed", problem.get("message") or f"{name} reported a failure"
 
 
+def finalizes(answer: Object) -> bool:
+    """Whether the plugin that answered declares Finalize (or declares nothing,
+    which means everything): only then does the object keep our finalizer."""
+    capabilities = (answer.get("plugin") or {}).get("capabilities") or []
+    return not capabilities or "Finalize" in capabilities
+
+
 def results_text(answer: Object) -> str:
     """The plugin's results on one line, for Events and logs."""
     texts = [r.get("message") or r.get("reason", "") for r in answer.get("results") or []]
@@ -188,7 +195,8 @@ def status_patch(obj: Object, answer: Object, at: str) -> Object:
     for c in answer.get("conditions") or []:
         if (type_ := c.get("type")) and type_ != "Ready":
             ours[type_] = condition(type_, c.get("status", "Unknown"), c.get("reason", ""), c.get("message", ""))
-    patch.update(plugin=plugin, selection=answer.get("selection"), observedGeneration=obj["metadata"].get("generation"))
+    served_by = {k: v for k, v in plugin.items() if k != "capabilities"}  # ours to read, not the object's
+    patch.update(plugin=served_by, selection=answer.get("selection"), observedGeneration=obj["metadata"].get("generation"))
     patch["conditions"] = merge_conditions(status.get("conditions"), list(ours.values()), at)
     return patch
 
@@ -397,8 +405,11 @@ class Operator:
             self._set_finalizer(obj, present=False)
             log.info("%s deleted before any plugin reconciled it: finalizer removed", where)
             return True, None
-        if not ours:
-            obj = self._set_finalizer(obj, present=True)  # first, so that Finalize is never missed
+        if not ours and not status.get("implementation"):
+            # Before the first call, so that Finalize is never missed; kept only
+            # while the plugin that answers declares Finalize (below).
+            obj = self._set_finalizer(obj, present=True)
+            ours = True
         try:
             refs = extension_refs(obj)
         except ValueError as error:
@@ -421,6 +432,8 @@ class Operator:
             self._set_finalizer(obj, present=False)
             self._event(obj, "Normal", "Finalized", text)
             return True, None
+        if not deleting and ours != finalizes(answer):
+            obj = self._set_finalizer(obj, present=not ours)
         self._write_extension_statuses(extensions, answer)
         if self._write_status(obj, status_patch(obj, answer, now())):
             self._event(obj, "Normal" if ok else "Warning", "Reconciled" if ok else failure(answer)[0], text)

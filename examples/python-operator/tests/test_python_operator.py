@@ -18,6 +18,7 @@ from python_operator.operator import (
     delegation_error,
     extension_refs,
     failure_patch,
+    finalizes,
     find_extension,
     merge_conditions,
     merged,
@@ -197,6 +198,13 @@ def test_needs_reconcile_when_the_generation_was_not_observed() -> None:
     assert needs_reconcile(table(observedGeneration=1))
     # Our own status write: observedGeneration caught up.
     assert not needs_reconcile(table(observedGeneration=2))
+
+
+def test_the_finalizer_stays_only_for_a_plugin_that_declares_finalize() -> None:
+    assert finalizes({"plugin": {"capabilities": ["Reconcile", "Finalize", "DryRun"]}})
+    assert not finalizes({"plugin": {"capabilities": ["Reconcile", "DryRun"]}})
+    assert finalizes({"plugin": {"name": "old"}}), "declares nothing: everything"
+    assert finalizes({})
 
 
 def test_needs_reconcile_while_deleting_only_with_our_finalizer() -> None:
