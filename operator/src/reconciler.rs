@@ -24,7 +24,7 @@ mod writes;
 pub use events::Events;
 
 use children::Applied;
-use writes::Written;
+use writes::{LastWrite, Written};
 
 use crate::Hooks;
 use crate::binding::{self, bound_implementation, bound_major_version};
@@ -93,6 +93,9 @@ pub struct Context {
     pub child_watches: ChildWatches,
     /// The Plugins of the resource's API, as kplug's watch last showed them.
     plugins: Store<DynamicObject>,
+    /// Each object as the last status write left it, with the
+    /// resourceVersion that write replaced (`writes`).
+    last_written: Mutex<HashMap<ObjectRef<DynamicObject>, LastWrite>>,
 }
 
 impl Context {
@@ -124,6 +127,7 @@ impl Context {
             child_kinds: Mutex::default(),
             child_watches: ChildWatches::default(),
             plugins: Writer::new(crate::controller::plugin_resource()).as_reader(),
+            last_written: Mutex::default(),
         }
     }
 
@@ -197,6 +201,7 @@ impl Context {
     /// is going away.
     fn forget(&self, object: &DynamicObject) {
         let key = self.object_ref(object);
+        self.last_written.lock().remove(&key);
         self.backoffs.lock().remove(&key);
         self.waiting.lock().remove(&key);
         self.unreachable.lock().remove(&key);

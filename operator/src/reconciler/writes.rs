@@ -1,6 +1,8 @@
 //! What a reconcile writes: the object's and its extensions' status
 //! (server-side apply, skipped when nothing would change) and Events.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use kplug_api::v1alpha1::ReconcileStatus;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -22,6 +24,12 @@ pub(super) struct Written<'a> {
     pub children: &'a [ChildStatus],
     /// Why a mass prune was held, if it was.
     pub prune_held: Option<&'a str>,
+}
+
+/// An object as a status write left it, and the resourceVersion it replaced.
+pub(super) struct LastWrite {
+    replaced: Option<String>,
+    written: Arc<DynamicObject>,
 }
 
 impl Context {
@@ -62,7 +70,7 @@ impl Context {
     }
 
     /// Applies `desired` to `object`'s status unless nothing would change;
-    /// returns whether it wrote.
+    /// returns the object as written, if it wrote.
     pub(super) async fn write_status(
         &self,
         api: &Api<DynamicObject>,
@@ -70,10 +78,10 @@ impl Context {
         desired: Map<String, Value>,
         owned: &Owned,
         target: WriteTarget,
-    ) -> Result<bool, ReconcileError> {
+    ) -> Result<Option<DynamicObject>, ReconcileError> {
         let current = object.data.get("status").unwrap_or(&Value::Null);
         if !needs_write(current, &desired, owned) {
-            return Ok(false);
+            return Ok(None);
         }
         let types = object.types.clone().unwrap_or_default();
         let what = format!("the status of {} {}", types.kind, object.name_any());
@@ -88,8 +96,25 @@ impl Context {
             .patch_status(&object.name_any(), &params, &Patch::Apply(&patch))
             .await;
         self.metrics.status_written(target, written.is_ok());
-        written.map_err(|source| ReconcileError::Write { what, source })?;
-        Ok(true)
+        written
+            .map(Some)
+            .map_err(|source| ReconcileError::Write { what, source })
+    }
+
+    /// `object`, or the object as this operator's last status write left it
+    /// while the cache still shows the version that write replaced: a
+    /// reconcile the write's own watch events woke compares with what was
+    /// written, not with what the cache has not caught up with.
+    fn fresher(&self, object: &DynamicObject) -> Option<Arc<DynamicObject>> {
+        let key = self.object_ref(object);
+        let mut last = self.last_written.lock();
+        let LastWrite { replaced, written } = last.get(&key)?;
+        if object.resource_version() == *replaced {
+            return Some(Arc::clone(written));
+        }
+        // The cache caught up (or someone else wrote): trust it again.
+        last.remove(&key);
+        None
     }
 
     /// Writes the object's status for `outcome` and its children, when it
@@ -102,6 +127,8 @@ impl Context {
         outcome: &Outcome<'_>,
         written: Written<'_>,
     ) -> Result<bool, ReconcileError> {
+        let fresher = self.fresher(object);
+        let object = fresher.as_deref().unwrap_or(object);
         let owned = Owned::read(&object.metadata, &self.options.field_manager);
         let desired = Desired {
             current: object.data.get("status").unwrap_or(&Value::Null),
@@ -114,8 +141,20 @@ impl Context {
             prune_held: written.prune_held,
         }
         .status(outcome);
-        self.write_status(api, object, desired, &owned, WriteTarget::Object)
-            .await
+        let Some(after) = self
+            .write_status(api, object, desired, &owned, WriteTarget::Object)
+            .await?
+        else {
+            return Ok(false);
+        };
+        let last = LastWrite {
+            replaced: object.resource_version(),
+            written: Arc::new(after),
+        };
+        self.last_written
+            .lock()
+            .insert(self.object_ref(object), last);
+        Ok(true)
     }
 
     /// Writes the plugin's extension statuses; a failure is reported on the
