@@ -253,7 +253,10 @@ impl Context {
     }
 
     /// Gives `object` the finalizers `needed` asks for (`held` is its
-    /// list as last written), returning the list it has now.
+    /// list as last written), returning the list it has now. When the list
+    /// changed since it was read (the patch tests it: a cache behind this
+    /// operator's own write, or another controller's finalizer), it is read
+    /// again and patched once more.
     async fn set_finalizers(
         &self,
         api: &Api<DynamicObject>,
@@ -261,17 +264,28 @@ impl Context {
         held: Vec<String>,
         needed: Needed,
     ) -> Result<Vec<String>, ReconcileError> {
-        let Some(patch) = finalizers::patch(&held, self.options.finalizer_names(), needed) else {
+        let names = self.options.finalizer_names();
+        let name = object.name_any();
+        let write_error = |source| ReconcileError::Write {
+            what: "the object's finalizers".to_owned(),
+            source,
+        };
+        let Some(patch) = finalizers::patch(&held, names, needed) else {
             return Ok(held);
         };
-        let patch = Patch::Json::<()>(patch);
-        let written = api
-            .patch(&object.name_any(), &PatchParams::default(), &patch)
-            .await
-            .map_err(|source| ReconcileError::Write {
-                what: "the object's finalizers".to_owned(),
-                source,
-            })?;
+        let params = PatchParams::default();
+        let written = match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                info!(object = %self.object_ref(object), "the finalizers changed since read: reading them again");
+                let fresh = api.get(&name).await.map_err(write_error)?;
+                let Some(patch) = finalizers::patch(fresh.finalizers(), names, needed) else {
+                    return Ok(fresh.finalizers().to_vec());
+                };
+                api.patch(&name, &params, &Patch::Json::<()>(patch)).await
+            }
+            written => written,
+        }
+        .map_err(write_error)?;
         info!(
             object = %self.object_ref(object), finalize = needed.finalize,
             children = needed.children, "finalizers set"
