@@ -76,6 +76,13 @@ fn condition<'v>(object: &'v Value, type_: &str) -> Option<&'v Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Annotates the Website `default/hello` with `annotation` (`KEY=VALUE`).
+fn annotate_website(world: &Widgets, annotation: &str) {
+    world
+        .cluster
+        .kubectl_ok(&["annotate", "website", "hello", "-n", "default", annotation]);
+}
+
 /// The server-side applies kube-apiserver has served on ConfigMaps,
 /// Deployments and Services (its `apiserver_request_total`).
 fn applies(world: &Widgets) -> u64 {
@@ -212,14 +219,7 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
         "kube-apiserver counts applies as APPLY: {before}"
     );
     log.drain();
-    world.cluster.kubectl_ok(&[
-        "annotate",
-        "website",
-        "hello",
-        "-n",
-        "default",
-        "kplug.io/reconcile-requested-at=1",
-    ]);
+    annotate_website(&world, "kplug.io/reconcile-requested-at=1");
     log.wait_for(Duration::from_secs(20), "the reconcile asked for", |l| {
         l.contains("reconciled") && l.contains("hello.default")
     });
@@ -434,14 +434,7 @@ fn a_website_s_children_are_applied_owned_followed_pruned_and_torn_down() {
         "default",
         "plugins.kplug.io/prune=disabled",
     ]);
-    world.cluster.kubectl_ok(&[
-        "annotate",
-        "website",
-        "hello",
-        "-n",
-        "default",
-        "plugins.kplug.io/allow-mass-prune=true",
-    ]);
+    annotate_website(&world, "plugins.kplug.io/allow-mass-prune=true");
     wait_until(
         "the Deployment pruned, the pages abandoned",
         Duration::from_secs(60),

@@ -63,6 +63,22 @@ fn rate(count: usize, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(f64::EPSILON)
 }
 
+/// The head of a table of latencies, one [`latency_row`] each.
+pub fn latency_header() {
+    println!("| Measure | Samples | p50 | p90 | max |");
+    println!("|---|---:|---:|---:|---:|");
+}
+
+pub fn latency_row(what: &str, latencies: &Latencies) {
+    println!(
+        "| {what} | {} | {} | {} | {} |",
+        latencies.len(),
+        ms(latencies.percentile(50.0), 1),
+        ms(latencies.percentile(90.0), 1),
+        ms(latencies.max(), 1),
+    );
+}
+
 pub struct Report<'a> {
     pub mode: BenchMode,
     pub results: &'a Results,
@@ -107,17 +123,8 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
          until a watch on that namespace (the bench's, open only for this) sees the new \
          resourceVersion.\n"
     );
-    println!("| Measure | Samples | p50 | p90 | max |");
-    println!("|---|---:|---:|---:|---:|");
-    let row = |what: &str, latencies: &Latencies| {
-        println!(
-            "| {what} | {} | {} | {} | {} |",
-            latencies.len(),
-            ms(latencies.percentile(50.0), 1),
-            ms(latencies.percentile(90.0), 1),
-            ms(latencies.max(), 1),
-        );
-    };
+    latency_header();
+    let row = latency_row;
     row(
         "**apply → Ready=True, through the operator**",
         &r.apply_to_ready,

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kplug_test_support::audit::Writes;
-use kplug_test_support::measure::Latencies;
-use kplug_test_support::report::{ms, seconds, thousands};
+use kplug_test_support::report::{seconds, thousands};
 
 use crate::phases::{Convergence, Results};
+use crate::report::{latency_header, latency_row};
 use crate::writes::{CHILDREN_PER_OBJECT, WriteResults};
 use crate::{IN_FLIGHT, NAMESPACE};
 
@@ -124,17 +124,8 @@ fn print_children(results: &Results, more: &WriteResults) {
          time, as a person or a script does).\n",
         more.children_ready.len()
     );
-    println!("| Measure | Samples | p50 | p90 | max |");
-    println!("|---|---:|---:|---:|---:|");
-    let row = |what: &str, latencies: &Latencies| {
-        println!(
-            "| {what} | {} | {} | {} | {} |",
-            latencies.len(),
-            ms(latencies.percentile(50.0), 1),
-            ms(latencies.percentile(90.0), 1),
-            ms(latencies.max(), 1),
-        );
-    };
+    latency_header();
+    let row = latency_row;
     row(
         "**create → children Ready, through the operator**",
         &more.children_ready,
