@@ -259,20 +259,20 @@ impl Context {
                 .flatten()
                 .filter(|c| controlled_by(c, parent)),
         };
-        let live = live.or(cached.as_ref());
-        if let Some(live) = live {
-            let live_json = serde_json::to_value(live).unwrap_or_default();
-            if children::unchanged(&body, &live_json) {
-                line.namespace = live.namespace().unwrap_or_default();
-                line.ready = readiness(child, live);
-                return line;
-            }
+        let live = live
+            .or(cached.as_ref())
+            .map(|live| (live, serde_json::to_value(live).unwrap_or_default()));
+        if let Some((live, live_json)) = &live
+            && children::unchanged(&body, live_json)
+        {
+            line.namespace = live.namespace().unwrap_or_default();
+            line.ready = readiness(child, live);
+            return line;
         }
         let manager = field_manager(&parent_uid(parent));
-        let drifted = live.and_then(|live| {
+        let drifted = live.and_then(|(live, live_json)| {
             let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
-            let live = serde_json::to_value(live).unwrap_or_default();
-            children::drift(&child.object, &live, managed, &manager)
+            children::drift(&child.object, &live_json, managed, &manager)
         });
         if let Some(drift) = &drifted {
             let note = format!(
