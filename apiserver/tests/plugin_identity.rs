@@ -27,6 +27,10 @@ const LIFETIME: &str = "1m";
 const STEADY: Duration = Duration::from_secs(5 * 60);
 /// Long enough for a reload (every second) and a renewal (every 40 s).
 const STEP: Duration = Duration::from_secs(90);
+/// One reconcile (a kubectl process) per pace at most: the flow crosses
+/// every renewal many times over while leaving the machine's cores to the
+/// tests that `hack/test.sh` runs beside this one.
+const PACE: Duration = Duration::from_millis(200);
 
 /// Sends one heartbeat of `PLUGIN` carrying `csr`, with the token in
 /// `token_file`: kplug's answer, or the gRPC status as "Code: message".
@@ -65,7 +69,8 @@ fn csr(key: &KeyPair, names: &[&str]) -> Vec<u8> {
         .to_vec()
 }
 
-/// Reconciles through kube-apiserver until `stop`: (answered, failures).
+/// Reconciles through kube-apiserver, one per [`PACE`], until `stop`:
+/// (answered, failures).
 fn reconcile_until(
     cluster: &ControlPlane,
     request: &Path,
@@ -73,10 +78,12 @@ fn reconcile_until(
 ) -> (u32, Vec<String>) {
     let (mut answered, mut failures) = (0, Vec::new());
     while !stop.load(Ordering::Relaxed) {
+        let sent = Instant::now();
         match reconcile(cluster, PLUGIN, request) {
             Ok(_) => answered += 1,
             Err(error) => failures.push(error),
         }
+        std::thread::sleep(PACE.saturating_sub(sent.elapsed()));
     }
     (answered, failures)
 }
