@@ -76,7 +76,8 @@ async fn wake_when_kplug_answers(
     ctx: Arc<Context>,
     wake: mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
 ) {
-    let plugins = Api::<DynamicObject>::all_with(ctx.delegation_client.clone(), &plugin_resource());
+    let plugins =
+        Api::<DynamicObject>::all_with(ctx.delegator.client().clone(), &plugin_resource());
     loop {
         ctx.kplug_unreachable.notified().await;
         let mut delay = ctx.options.min_backoff.min(MAX_REACHABILITY_PROBE);

@@ -1,6 +1,6 @@
-//! Delegation: one `create reconciles.plugins.kplug.io` through
-//! kube-apiserver, so the operator's own RBAC governs it, and the typed
-//! ways it can fail.
+//! Delegation: one `create reconciles.plugins.kplug.io`, through
+//! kube-apiserver or straight to kplug (`direct`) with the same identity, so
+//! the operator's own RBAC governs it, and the typed ways it can fail.
 
 use std::time::Duration;
 
@@ -53,11 +53,12 @@ pub enum DelegateError {
         message: String,
         retry_after: Duration,
     },
-    /// kube-apiserver could not reach kplug (no Ready kplug pod behind its
-    /// Service, a connection that broke): a 503 without kplug's retry hint,
-    /// so no plugin was asked. The operator wakes such objects as soon as
-    /// kplug answers again.
-    #[error("kube-apiserver could not reach kplug: {0}")]
+    /// kplug could not be reached, so no plugin was asked: through
+    /// kube-apiserver, a 503 without kplug's retry hint (no Ready kplug pod
+    /// behind its Service, a connection that broke); on the direct path, a
+    /// request that got no answer. The operator wakes such objects as soon
+    /// as kplug answers again.
+    #[error("{0}")]
     Unreachable(String),
     /// The plugin is at its concurrency bound.
     #[error("{message}")]
@@ -238,7 +239,9 @@ fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -
     match status {
         // kplug's own 503s always carry a retry hint; kube-apiserver's, when
         // it cannot reach kplug, never do.
-        StatusCode::SERVICE_UNAVAILABLE if !hinted => DelegateError::Unreachable(message),
+        StatusCode::SERVICE_UNAVAILABLE if !hinted => {
+            DelegateError::Unreachable(format!("kube-apiserver could not reach kplug: {message}"))
+        }
         StatusCode::SERVICE_UNAVAILABLE => DelegateError::Unavailable {
             message,
             retry_after,
@@ -262,8 +265,68 @@ fn error_from(status: StatusCode, retry_header: Option<Duration>, body: &[u8]) -
     }
 }
 
-/// Sends one delegation and returns the plugin's answer.
-pub async fn delegate(
+/// Where an operator's reconciles go: through kube-apiserver's APIService,
+/// or straight to kplug (`crate::direct`).
+#[derive(Clone)]
+pub struct Delegator {
+    /// Without kube's retries: kplug's 503 and 429 are answers the operator
+    /// acts on (conditions, wake-ups, its own backoff), not faults to retry
+    /// for minutes inside one reconcile.
+    client: Client,
+    /// kplug's URL on the direct path.
+    direct: Option<http::Uri>,
+}
+
+impl Delegator {
+    /// Through kube-apiserver, with `client`'s identity.
+    pub fn through_kube_apiserver(client: Client) -> Self {
+        Self {
+            client,
+            direct: None,
+        }
+    }
+
+    /// Straight to kplug at `url`, with a `client` made for it.
+    pub fn direct(client: Client, url: http::Uri) -> Self {
+        Self {
+            client,
+            direct: Some(url),
+        }
+    }
+
+    /// The client the reconciles go through, for other requests to kplug
+    /// by the same way (whether kplug answers again).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Sends one delegation and returns the plugin's answer.
+    pub async fn delegate(
+        &self,
+        delegation: &Delegation<'_>,
+    ) -> Result<ReconcileStatus, DelegateError> {
+        match (delegate(&self.client, delegation).await, &self.direct) {
+            // No HTTP answer from kplug itself: as kube-apiserver's 503
+            // when it cannot reach kplug.
+            (Err(DelegateError::Transport(error)), Some(url)) if is_unanswered(&error) => {
+                Err(DelegateError::Unreachable(format!(
+                    "kplug could not be reached at {url}: {}",
+                    crate::words::kube_error(&error)
+                )))
+            }
+            (answer, _) => answer,
+        }
+    }
+}
+
+/// Whether the request got no HTTP answer (the connection was refused,
+/// broke or timed out), rather than an answer the client could not use.
+fn is_unanswered(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
+}
+
+/// Sends one delegation with `client` and returns the plugin's answer.
+async fn delegate(
     client: &Client,
     delegation: &Delegation<'_>,
 ) -> Result<ReconcileStatus, DelegateError> {

@@ -3,7 +3,8 @@
 //! An [`Operator`] watches one custom resource and, for each object:
 //! resolves the extension objects it refers to, delegates it with one
 //! `create reconciles.plugins.kplug.io` through kube-apiserver (so the
-//! operator's RBAC applies), records which implementation served it and
+//! operator's RBAC applies; or, opted in, straight to kplug with the same
+//! identity: [`DirectToKplug`]), records which implementation served it and
 //! keeps it there ([`BindingPolicy`]), writes the plugin's answer into the
 //! object's and the extensions' status with server-side apply, records
 //! Events, finalizes through the plugin, and requeues with per-object
@@ -28,6 +29,7 @@ pub mod children;
 mod config;
 mod controller;
 pub mod delegate;
+pub mod direct;
 mod discovery;
 pub mod extensions;
 mod finalizers;
@@ -51,12 +53,14 @@ use serde_json::Value;
 
 pub use binding::BindingPolicy;
 pub use config::{BindAddress, ChildScope, LeaderElection, MetricsServing, OperatorArgs, Options};
+pub use direct::{DirectError, DirectToKplug};
 pub use discovery::discover;
 pub use extensions::{ExtensionError, ExtensionRef};
 pub use kplug_api::reference::FieldPath;
 pub use metrics::Metrics;
 pub use metrics_server::{ServeError, TlsError};
 
+use delegate::Delegator;
 use reconciler::{Context, Events};
 
 /// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
@@ -97,6 +101,8 @@ pub enum Error {
     LostLeadership(String),
     #[error(transparent)]
     Metrics(#[from] ServeError),
+    #[error("the direct path to kplug: {0}")]
+    Direct(#[from] DirectError),
 }
 
 type ExtensionsHook =
@@ -143,10 +149,7 @@ fn parse<K: Resource + DeserializeOwned>(object: &DynamicObject) -> Result<K, Ex
 /// A delegating controller for one resource.
 pub struct Operator {
     client: Client,
-    /// Without kube's retries: kplug's 503 and 429 are answers the
-    /// operator acts on (conditions, wake-ups, its own backoff), not faults
-    /// to retry for minutes inside one reconcile.
-    delegation_client: Client,
+    delegator: Delegator,
     resource: ApiResource,
     options: Options,
     hooks: Hooks,
@@ -161,14 +164,22 @@ impl Operator {
         options: Options,
     ) -> Result<Self, Error> {
         let client = Client::try_from(config.clone())?;
-        let mut without_retries = config;
-        without_retries.default_retry = false;
-        let delegation_client = Client::try_from(without_retries)?;
+        let delegator = match &options.direct_to_kplug {
+            Some(direct) => Delegator::direct(
+                Client::try_from(direct.config(&config)?)?,
+                direct.url.clone(),
+            ),
+            None => {
+                let mut without_retries = config;
+                without_retries.default_retry = false;
+                Delegator::through_kube_apiserver(Client::try_from(without_retries)?)
+            }
+        };
         // controller-runtime names a controller after its kind, lowercased.
         let metrics = Metrics::new(&resource.kind.to_lowercase(), options.concurrency);
         Ok(Self {
             client,
-            delegation_client,
+            delegator,
             resource,
             options,
             hooks: Hooks::default(),
@@ -257,7 +268,7 @@ impl Operator {
         let ctx = Arc::new(
             Context::new(
                 self.client.clone(),
-                self.delegation_client,
+                self.delegator,
                 self.resource,
                 api,
                 self.options,

@@ -31,7 +31,7 @@ use crate::binding::{self, bound_implementation, bound_major_version};
 use crate::child_watch::ChildWatches;
 use crate::children::ChildStatus;
 use crate::config::Options;
-use crate::delegate::{self, DelegateError, Delegation};
+use crate::delegate::{DelegateError, Delegation, Delegator};
 use crate::extensions::{ExtensionError, Resolver};
 use crate::finalizers::{self, Needed};
 use crate::metrics::{DELEGATION_SUCCESS, Metrics, ReconcileResult};
@@ -68,8 +68,8 @@ impl ReconcileError {
 /// What every reconcile of one operator shares.
 pub struct Context {
     pub client: Client,
-    /// For kplug's reconciles: no retries inside the client.
-    pub delegation_client: Client,
+    /// Where kplug's reconciles go.
+    pub delegator: Delegator,
     pub resource: ApiResource,
     pub api: ApiSelector,
     pub options: Options,
@@ -101,7 +101,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        delegation_client: Client,
+        delegator: Delegator,
         resource: ApiResource,
         api: ApiSelector,
         options: Options,
@@ -112,7 +112,7 @@ impl Context {
         Self {
             resolver: Resolver::new(client.clone()),
             client,
-            delegation_client,
+            delegator,
             resource,
             api,
             options,
@@ -350,9 +350,9 @@ impl Context {
             required.and(bound_major_version(object)),
         );
         let started = Instant::now();
-        let answer = delegate::delegate(
-            &self.delegation_client,
-            &Delegation {
+        let answer = self
+            .delegator
+            .delegate(&Delegation {
                 operation,
                 api: &self.api,
                 object,
@@ -364,9 +364,8 @@ impl Context {
                 traceparent: Some(trace),
                 observed_children,
                 child_scope: self.options.child_scope,
-            },
-        )
-        .await;
+            })
+            .await;
         let reason = answer
             .as_ref()
             .map_or_else(DelegateError::reason, |_| DELEGATION_SUCCESS);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt};
 use kplug_api::v1alpha1::{ApiSelector, Operation};
-use kplug_operator::delegate::{Delegation, delegate};
+use kplug_operator::delegate::{Delegation, Delegator};
 use kplug_test_support::measure::{CpuSnapshot, CpuUsage, Latencies};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -151,26 +151,24 @@ pub async fn measure(
         version: String::new(),
     };
     let reconcile_once = |object: DynamicObject| {
-        let (client, api_selector) = (client.clone(), &api_selector);
+        let delegator = Delegator::through_kube_apiserver(client.clone());
+        let api_selector = &api_selector;
         async move {
             let answer = call(
                 "create reconciles",
-                delegate(
-                    &client,
-                    &Delegation {
-                        operation: Operation::Reconcile,
-                        api: api_selector,
-                        object: &object,
-                        extensions: &[],
-                        preferred_implementation: Some(HELLO.to_owned()),
-                        required_implementation: None,
-                        version_constraint: None,
-                        timeout: REQUEST_TIMEOUT,
-                        traceparent: None,
-                        observed_children: &[],
-                        child_scope: Default::default(),
-                    },
-                ),
+                delegator.delegate(&Delegation {
+                    operation: Operation::Reconcile,
+                    api: api_selector,
+                    object: &object,
+                    extensions: &[],
+                    preferred_implementation: Some(HELLO.to_owned()),
+                    required_implementation: None,
+                    version_constraint: None,
+                    timeout: REQUEST_TIMEOUT,
+                    traceparent: None,
+                    observed_children: &[],
+                    child_scope: Default::default(),
+                }),
             )
             .await?;
             ensure!(

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kplug_test_support::audit::AuditLog;
 use kplug_test_support::postgres::venv_python;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, Lines, Process, free_port, hello_plugin_command, output_text,
@@ -32,6 +33,14 @@ spec:
         type: object
         x-kubernetes-preserve-unknown-fields: true
 "#;
+
+/// Where a world keeps its files.
+fn work_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("kplug-operator-widgets-")
+        .tempdir_in("/tmp")
+        .expect("temp dir")
+}
 
 /// What the hello plugins serve here.
 const WIDGETS_API: &str = "widgets.test.kplug.io/v1";
@@ -61,11 +70,21 @@ impl Widgets {
 
     /// As [`Widgets::start`], with `kplug_flags` for kplug (e.g. `--log`).
     pub fn start_with(kplug_flags: &[&str]) -> Self {
-        let work = tempfile::Builder::new()
-            .prefix("kplug-operator-widgets-")
-            .tempdir_in("/tmp")
-            .expect("temp dir");
+        let work = work_dir();
         let cluster = ControlPlane::start(work.path().join("cp"));
+        Self::start_on(work, cluster, kplug_flags)
+    }
+
+    /// As [`Widgets::start`], with kube-apiserver logging the writes in
+    /// `namespace` (among them the reconciles it passes on to kplug).
+    pub fn start_audited(namespace: &str) -> (Self, AuditLog) {
+        let work = work_dir();
+        let audit = AuditLog::new(work.path(), namespace).expect("the audit policy");
+        let cluster = ControlPlane::start_with(work.path().join("cp"), &audit.apiserver_args());
+        (Self::start_on(work, cluster, &[]), audit)
+    }
+
+    fn start_on(work: tempfile::TempDir, cluster: ControlPlane, kplug_flags: &[&str]) -> Self {
         let kplug = AggregatedKplug::start(
             &cluster,
             work.path(),
