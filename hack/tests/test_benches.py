@@ -23,7 +23,12 @@ from kubecluster import REPO
 TIMEOUT = 900
 # What the benches' check runs do (their ``Counts::of``): calls per route one at a time and in flight, objects.
 LATENCY_CALLS, THROUGHPUT_CALLS, OBJECTS = 20, 128, 64
-ROUTES = ("through kube-apiserver and a kplug pod", "straight to a kplug pod", "direct gRPC to a plugin pod")
+ROUTES = (
+    "through kube-apiserver and a kplug pod",
+    "straight to a kplug pod",
+    "a ServiceAccount token to kplug's Service",
+    "direct gRPC to a plugin pod",
+)
 
 
 @pytest.mark.adds_to_the_installation
@@ -48,17 +53,21 @@ def test_the_in_cluster_benches_run_every_phase(installed: Installed, tmp_path: 
     assert result.returncode == 0, f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-8000:]}"
     reports = result.stdout
 
-    # Both reports, each saying its figures measure nothing.
+    # Every report, each saying its figures measure nothing: the routes', and the operator's through kube-apiserver
+    # and straight to kplug (``--kplug-url``).
     assert "## In the cluster: reconcile through kube-apiserver, a kplug pod and a plugin pod" in reports, reports
-    assert "## In the cluster: the operator as a pod" in reports, reports
-    assert reports.count("**A check run**") == 2, reports
+    assert "## In the cluster: the operator as a pod, apply" in reports, reports
+    assert "## In the cluster: the operator as a pod straight to kplug (`--kplug-url`)" in reports, reports
+    assert reports.count("**A check run**") == 3, reports
     # Every route answered every call: one at a time, then 32 in flight.
     for route in ROUTES:
         for calls in (LATENCY_CALLS, THROUGHPUT_CALLS):
             assert re.search(rf"^\| {re.escape(route)} \| {calls} \|", reports, re.MULTILINE), f"{route}, {calls}:\n{reports}"
-    # Every Widget given to the operator pod converged, and it logged no error.
-    assert re.search(rf"^\| \*\*through the operator: first create → all Ready\*\* \| {OBJECTS} \|", reports, re.MULTILINE), reports
-    assert re.search(r"^The operator logged \d+ delegated reconciles .* and 0 errors\.$", reports, re.MULTILINE), reports
-    # Both read the memory of the 2 kplug pods, the 2 plugin pods and the operator's.
+    # Every Widget given to the operator pod converged, by either route, and it logged no error.
+    converged = rf"^\| \*\*through the operator: first create → all Ready\*\* \| {OBJECTS} \|"
+    assert len(re.findall(converged, reports, re.MULTILINE)) == 2, reports
+    clean = r"^The operator logged \d+ delegated reconciles .* and 0 errors\.$"
+    assert len(re.findall(clean, reports, re.MULTILINE)) == 2, reports
+    # Each reads the memory of the 2 kplug pods, the 2 plugin pods and the operator's.
     memory = re.findall(r"^\| (kplug|plugin|operator) `[^`]+` \| [\d.]+ \(", reports, re.MULTILINE)
-    assert sorted(memory) == sorted(["kplug", "kplug", "plugin", "plugin", "operator"] * 2), reports
+    assert sorted(memory) == sorted(["kplug", "kplug", "plugin", "plugin", "operator"] * 3), reports

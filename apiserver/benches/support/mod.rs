@@ -267,24 +267,38 @@ fn admin_tls_config(kplug: &StandaloneKplug) -> Result<rustls::ClientConfig> {
 /// rustls client config (ALPN h2) trusting the CA in `ca_pem` and
 /// presenting the client certificate `cert_pem` with the key `key_pem`.
 pub fn tls_config(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
-        roots.add(cert.context("parsing the CA certificate")?)?;
-    }
     let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<_, _>>()
         .context("parsing the client certificate")?;
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
         .context("parsing the client key")?
         .context("no private key in the client key PEM")?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
+    let mut config = tls_builder(ca_pem)?
         .with_client_auth_cert(certs, key)
         .context("the client certificate")?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
+}
+
+/// rustls client config (ALPN h2) trusting the CA in `ca_pem`, without a
+/// client certificate: for callers who send a bearer token.
+pub fn tls_config_without_client_cert(ca_pem: &[u8]) -> Result<rustls::ClientConfig> {
+    let mut config = tls_builder(ca_pem)?.with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+fn tls_builder(
+    ca_pem: &[u8],
+) -> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(cert.context("parsing the CA certificate")?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots))
 }
 
 // ---------------------------------------------------------------------------

@@ -9,13 +9,19 @@
 //! The pods' processes are read from `/proc` like the processes of the
 //! other mode, and their memory around the run (at rest, the peak, after).
 //! The namespaces `bench` and `baseline` are made anew for every run.
+//!
+//! It runs twice, each with its own report and baselines: with the
+//! operator's reconciles through kube-apiserver, then straight to kplug
+//! (`--kplug-url`, issue 29's direct path), the operator redeployed between.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use kplug_test_support::bench_mode::BenchMode;
-use kplug_test_support::in_cluster::{self, MemoryRun, MemoryWatch, Node, Pod, WIDGETS};
+use kplug_test_support::in_cluster::{
+    self, MemoryRun, MemoryWatch, Node, OperatorRoute, Pod, WIDGETS,
+};
 use kplug_test_support::target_binary;
 
 use crate::phases::measure;
@@ -44,6 +50,52 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
     let installation = in_cluster::prepare(&node, &kplug_binary, &work)?;
     let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
+    // Through kube-apiserver, then straight to kplug (`--kplug-url`): the
+    // same phases, each with its own baseline, one report each.
+    for route in [
+        OperatorRoute::ThroughKubeApiserver,
+        OperatorRoute::StraightToKplug,
+    ] {
+        let operator = in_cluster::deploy_operator(&node, route)?;
+        run(
+            &node,
+            &installation,
+            &operator,
+            route,
+            mode,
+            counts,
+            load_at_start.trim(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What a report on `route` is called, and its picture's name.
+fn title(route: OperatorRoute) -> (&'static str, &'static str) {
+    match route {
+        OperatorRoute::ThroughKubeApiserver => (
+            "In the cluster: the operator as a pod, apply → Ready and 1,000 objects",
+            "convergence-in-cluster",
+        ),
+        OperatorRoute::StraightToKplug => (
+            "In the cluster: the operator as a pod straight to kplug (`--kplug-url`), apply → Ready \
+             and 1,000 objects",
+            "convergence-in-cluster-straight-to-kplug",
+        ),
+    }
+}
+
+/// The phases with the operator pod `operator` sending its reconciles by
+/// `route`, and their report.
+fn run(
+    node: &Node,
+    installation: &in_cluster::Installation,
+    operator: &Pod,
+    route: OperatorRoute,
+    mode: BenchMode,
+    counts: Counts,
+    load_at_start: &str,
+) -> Result<()> {
     // The objects of an earlier run go first (the operator finalizes them).
     eprintln!("making the namespaces {NAMESPACE} and {BASELINE_NAMESPACE} anew");
     node.kubectl(&[
@@ -63,7 +115,8 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
     };
     let kplug = named(["kplug-1", "kplug-2"], &installation.kplug)?;
     let plugins = named(["plugin-1", "plugin-2"], &installation.plugins)?;
-    let operator = ("operator", installation.operator.clone());
+    let operator_name = operator.name.clone();
+    let operator = ("operator", operator.clone());
     let mut processes = vec![
         ("kube-apiserver", node.daemon_pid("kube-apiserver")?),
         ("etcd", node.daemon_pid("etcd")?),
@@ -91,8 +144,9 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
     let peak = watch.finish()?;
     let after = plain.iter().map(Pod::memory).collect::<Result<Vec<_>>>()?;
 
-    let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kplug-operator-in-cluster.log");
-    let log = node.kubectl(&["-n", "plugins", "logs", &installation.operator.name])?;
+    let (title, plot) = title(route);
+    let log_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{plot}.log"));
+    let log = node.kubectl(&["-n", "plugins", "logs", &operator_name])?;
     std::fs::write(&log_path, log).with_context(|| format!("writing {}", log_path.display()))?;
     eprintln!("the operator's log: {}", log_path.display());
 
@@ -101,20 +155,26 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
         results: &results,
         log: &OperatorLog::read(&log_path)?,
         processes: &processes,
-        load_at_start: load_at_start.trim(),
+        load_at_start,
         binaries: &[],
         setting: Setting {
-            title: "In the cluster: the operator as a pod, apply → Ready and 1,000 objects",
-            plot: "convergence-in-cluster",
+            title,
+            plot,
             shared_by: "the cluster (kube-apiserver, etcd, kubelet, containerd, the pods) and the \
                         bench",
             cluster: format!(
                 "Kubernetes v1.20.2 of `hack/cluster.sh` (one node, this machine); images built \
                  from the tree at {} by `hack/images.sh build {}`; kplug and the plugin as README.md \
                  and examples/hello-rust/deploy/README.md install them; kplug-operator as one pod \
-                 (`--concurrency {IN_FLIGHT}`, the shipped CPU limit 500m)",
+                 (`--concurrency {IN_FLIGHT}`, the shipped CPU limit 500m{})",
                 in_cluster::tree()?,
-                in_cluster::IMAGES.join(" ")
+                in_cluster::IMAGES.join(" "),
+                match route {
+                    OperatorRoute::ThroughKubeApiserver => "",
+                    OperatorRoute::StraightToKplug =>
+                        ", `--kplug-url https://kplug.kplug-system.svc`: its reconciles go to \
+                         kplug's Service, as its ServiceAccount, not through kube-apiserver",
+                }
             ),
             command: COMMAND,
         },

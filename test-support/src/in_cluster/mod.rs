@@ -16,6 +16,8 @@
 
 mod client;
 mod operator;
+
+pub use operator::OperatorRoute;
 mod pods;
 
 use std::collections::HashMap;
@@ -308,7 +310,10 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
         &format!("crd/widgets.{}", operator.group),
         "--timeout=60s",
     ])?;
-    node.apply(&operator::manifest(operator))?;
+    node.apply(&operator::manifest(
+        operator,
+        OperatorRoute::ThroughKubeApiserver,
+    ))?;
     for deployment in ["hello-plugin", operator::NAME] {
         node.kubectl(&[
             "-n",
@@ -324,13 +329,7 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
         work: work.to_owned(),
         kplug: node.pods(KPLUG_NS, "app.kubernetes.io/name=kplug")?,
         plugins: node.pods(PLUGINS_NS, "app.kubernetes.io/name=hello-plugin")?,
-        operator: node
-            .pods(
-                PLUGINS_NS,
-                &format!("app.kubernetes.io/name={}", operator::NAME),
-            )?
-            .pop()
-            .context("no Ready operator pod")?,
+        operator: operator_pod(node)?,
     };
     ensure!(
         installation.kplug.len() == 2 && installation.plugins.len() == 2,
@@ -350,6 +349,31 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
         )?;
     }
     Ok(installation)
+}
+
+/// The Widgets' operator, redeployed to send its reconciles by `route`
+/// (the old pod gone first), once its new pod is Ready.
+pub fn deploy_operator(node: &Node, route: OperatorRoute) -> Result<Pod> {
+    node.apply(&operator::manifest(&WIDGETS, route))?;
+    node.kubectl(&[
+        "-n",
+        PLUGINS_NS,
+        "rollout",
+        "status",
+        &format!("deployment/{}", operator::NAME),
+        "--timeout=5m",
+    ])?;
+    operator_pod(node)
+}
+
+/// The Widgets' operator's Ready pod.
+fn operator_pod(node: &Node) -> Result<Pod> {
+    node.pods(
+        PLUGINS_NS,
+        &format!("app.kubernetes.io/name={}", operator::NAME),
+    )?
+    .pop()
+    .context("no Ready operator pod")
 }
 
 /// Installs kplug and the hello plugin from `work`: only the plugin when

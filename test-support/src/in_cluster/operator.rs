@@ -1,20 +1,53 @@
 //! `kplug-operator` for the benches' Widgets as a pod, in the shape of
 //! examples/database-table/deploy/operator.yaml and operator-rbac.yaml: its
 //! ServiceAccount bound to `kplug:operator` and `kplug:reader`, rights on
-//! Widgets and Events, and one replica (no leader election, no metrics).
+//! Widgets and Events, and one replica (no leader election, no metrics),
+//! its reconciles through kube-apiserver or straight to kplug.
 
-use super::WidgetsOperator;
+use super::{KPLUG_NS, WidgetsOperator};
+
+/// Which way the operator's reconciles go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperatorRoute {
+    /// `create reconciles` through kube-apiserver (the default).
+    ThroughKubeApiserver,
+    /// Straight to kplug's Service as its ServiceAccount (`--kplug-url`),
+    /// trusting kplug with the ConfigMap `kplug-ca` of the hello install.
+    StraightToKplug,
+}
+
+/// What the Deployment adds for `route`: arguments, volume mounts, volumes.
+fn route_parts(route: OperatorRoute) -> (String, &'static str, &'static str) {
+    match route {
+        OperatorRoute::ThroughKubeApiserver => (String::new(), "", ""),
+        OperatorRoute::StraightToKplug => (
+            format!(
+                "
+        - --kplug-url=https://kplug.{KPLUG_NS}.svc
+        - --kplug-ca-file=/var/run/kplug/ca/ca.crt"
+            ),
+            "
+        volumeMounts:
+        - {name: kplug-ca, mountPath: /var/run/kplug/ca, readOnly: true}",
+            "
+      volumes:
+      - {name: kplug-ca, configMap: {name: kplug-ca}}",
+        ),
+    }
+}
 
 /// The Deployment's and the ServiceAccount's name, in namespace `plugins`.
 pub(super) const NAME: &str = "widgets-operator";
 
-/// The manifest of the operator `operator` describes.
-pub(super) fn manifest(operator: &WidgetsOperator) -> String {
+/// The manifest of the operator `operator` describes, sending its
+/// reconciles by `route`.
+pub(super) fn manifest(operator: &WidgetsOperator, route: OperatorRoute) -> String {
     let WidgetsOperator {
         group,
         namespace,
         concurrency,
     } = operator;
+    let (route_args, mounts, volumes) = route_parts(route);
     format!(
         r"apiVersion: v1
 kind: ServiceAccount
@@ -63,6 +96,9 @@ metadata:
   labels: {{app.kubernetes.io/name: {NAME}}}
 spec:
   replicas: 1
+  # One operator at a time, without leader election: the old one goes
+  # before the new one starts.
+  strategy: {{type: Recreate}}
   selector:
     matchLabels: {{app.kubernetes.io/name: {NAME}}}
   template:
@@ -86,7 +122,7 @@ spec:
         - --namespace={namespace}
         - --concurrency={concurrency}
         - --leader-elect=false
-        - --metrics-bind-address=0
+        - --metrics-bind-address=0{route_args}
         env:
         - {{name: KPLUG_LOG, value: info}}
         resources:
@@ -95,7 +131,7 @@ spec:
         securityContext:
           allowPrivilegeEscalation: false
           readOnlyRootFilesystem: true
-          capabilities: {{drop: [ALL]}}
+          capabilities: {{drop: [ALL]}}{mounts}{volumes}
 "
     )
 }

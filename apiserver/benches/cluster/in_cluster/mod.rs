@@ -7,12 +7,13 @@
 //!
 //! From a pod (the toolbox pod of `in_cluster::client_pod`: the bench's
 //! measuring threads enter its network namespace, `netns`), the same 1 KiB
-//! reconcile goes three ways, side by side in every round: through
+//! reconcile goes four ways, side by side in every round: through
 //! kube-apiserver (the admin's certificate, to its address on the pods'
 //! bridge; the aggregator proxies to the Service `kplug-system/kplug`),
 //! straight to a kplug pod (the front proxy's certificate, as the
-//! aggregator sends it), and direct to a plugin pod (plain gRPC with
-//! kplug's client certificate).
+//! aggregator sends it), to kplug's Service with a ServiceAccount's token
+//! (an operator's `--kplug-url`), and direct to a plugin pod (plain gRPC
+//! with kplug's client certificate).
 //! It measures latency one call at a time and throughput with `IN_FLIGHT`
 //! in flight, the CPU of kube-apiserver and of the pods (their processes,
 //! read from `/proc`), the time their CPU limits throttled them, and the
@@ -210,8 +211,8 @@ async fn latency_runs(
                 .await?;
         }
     }
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    let mut kplug_calls: [Vec<Duration>; 3] = Default::default();
+    let mut samples: [Vec<Duration>; Route::ALL.len()] = Default::default();
+    let mut kplug_calls: [Vec<Duration>; Route::ALL.len()] = Default::default();
     let deadline = Instant::now() + PHASE_TIMEOUT;
     for number in 0..latency_calls {
         ensure!(

@@ -90,9 +90,11 @@ fn print_latency(r: &Results, client: &Pod) {
         "A {OBJECT_BYTES}-byte object (a {} Reconcile to kplug), {} calls per route after {} \
          untimed, the routes taking turns: `POST {RECONCILE_PATH}` to kube-apiserver as the \
          admin; the same straight to a kplug pod with the front proxy's certificate as the admin \
-         in `system:masters` (what the aggregator sends); `Plugin/Reconcile` direct to a plugin \
-         pod over mutual TLS with kplug's client certificate. Each from the pod `{}`, to both \
-         pods of each kind in turn.\n",
+         in `system:masters` (what the aggregator sends); the same to kplug's Service with the \
+         bearer token of a ServiceAccount bound to `cluster-admin` (an operator's \
+         `--kplug-url`: kplug reviews the token, cached, and kube-proxy picks the pod); \
+         `Plugin/Reconcile` direct to a plugin pod over mutual TLS with kplug's client \
+         certificate. Each from the pod `{}`, to both pods of each kind in turn.\n",
         size(r.request_bytes),
         thousands(r.counts.latency_calls),
         thousands(r.counts.latency_warmup),
@@ -157,7 +159,7 @@ fn print_throughput(r: &Results) {
     println!(
         "{} rounds of {} calls per route, the routes taking turns; the calls in \
          flight spread over two connections per route (two to kube-apiserver, one to each kplug \
-         pod, one to each plugin pod). CPU per reconcile is the processes' user + system time from \
+         pod, two to kplug's Service, one to each plugin pod). CPU per reconcile is the processes' user + system time from \
          `/proc` (kplug and the plugin: both pods together). Throttled is the time the pods' CPU \
          limits (500m each, as shipped) held them back (`throttled_time` in their `cpu.stat`).\n",
         r.counts.throughput_rounds,

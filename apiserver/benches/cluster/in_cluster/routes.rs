@@ -1,4 +1,4 @@
-//! The three ways a reconcile reaches the plugin pods from a pod, and one
+//! The four ways a reconcile reaches the plugin pods from a pod, and one
 //! call on each.
 
 use std::net::SocketAddr;
@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::support::{ApiClient, REQUEST_TIMEOUT, tls_config};
+use crate::support::{ApiClient, REQUEST_TIMEOUT, tls_config, tls_config_without_client_cert};
 
 pub(super) const RECONCILE_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/plugins/hello/reconcile";
 /// The deadline kplug passes the plugin (its default), and the largest
@@ -34,17 +34,21 @@ pub(crate) enum Route {
     /// The front proxy's certificate as the admin → a kplug pod → a plugin
     /// pod: what kube-apiserver sends, without kube-apiserver.
     Kplug,
+    /// A ServiceAccount's token → kplug's Service → a kplug pod → a plugin
+    /// pod: an operator's direct path (`kplug-operator --kplug-url`).
+    Token,
     /// kplug's client certificate → a plugin pod, plain gRPC.
     Direct,
 }
 
 impl Route {
-    pub(super) const ALL: [Self; 3] = [Self::Apiserver, Self::Kplug, Self::Direct];
+    pub(super) const ALL: [Self; 4] = [Self::Apiserver, Self::Kplug, Self::Token, Self::Direct];
 
     pub(super) fn label(self) -> &'static str {
         match self {
             Self::Apiserver => "through kube-apiserver and a kplug pod",
             Self::Kplug => "straight to a kplug pod",
+            Self::Token => "a ServiceAccount token to kplug's Service",
             Self::Direct => "direct gRPC to a plugin pod",
         }
     }
@@ -162,10 +166,12 @@ impl Caller {
 }
 
 /// Per route, the connections to spread calls over: two to kube-apiserver,
-/// one to each kplug pod, one to each plugin pod.
+/// one to each kplug pod, two to kplug's Service (kube-proxy picks a pod for
+/// each), one to each plugin pod.
 pub(super) struct Callers {
     pub(super) apiserver: Vec<Caller>,
     pub(super) kplug: Vec<Caller>,
+    pub(super) token: Vec<Caller>,
     pub(super) direct: Vec<Caller>,
 }
 
@@ -213,6 +219,23 @@ impl Callers {
             kplug.push(Caller::Api(client));
         }
 
+        // As an operator with --kplug-url: a bearer token kplug reviews, to
+        // the Service's address.
+        let mut bearer = HeaderMap::new();
+        bearer.insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::try_from(format!("Bearer {}", caller_token(node)?))?,
+        );
+        let service = SocketAddr::new(kplug_service_ip(node)?, KPLUG_SERVICE_PORT);
+        let server_only = tls_config_without_client_cert(&read(installation.kplug_ca())?)?;
+        let mut token = Vec::new();
+        for _ in 0..2 {
+            let name = ServerName::try_from(KPLUG_SERVER_NAME)?;
+            let client =
+                ApiClient::connect_with(service, name, server_only.clone(), bearer.clone()).await?;
+            token.push(Caller::Api(client));
+        }
+
         let (cert, key) = installation.kplug_client();
         let plugin_tls = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(read(installation.plugin_ca())?))
@@ -225,6 +248,7 @@ impl Callers {
         Ok(Self {
             apiserver: apiserver_callers,
             kplug,
+            token,
             direct,
         })
     }
@@ -233,6 +257,7 @@ impl Callers {
         match route {
             Route::Apiserver => &self.apiserver,
             Route::Kplug => &self.kplug,
+            Route::Token => &self.token,
             Route::Direct => &self.direct,
         }
     }
@@ -241,9 +266,65 @@ impl Callers {
         match route {
             Route::Apiserver => &mut self.apiserver,
             Route::Kplug => &mut self.kplug,
+            Route::Token => &mut self.token,
             Route::Direct => &mut self.direct,
         }
     }
+}
+
+/// The port of kplug's Service (`deploy/service.yaml`, `https`).
+const KPLUG_SERVICE_PORT: u16 = 443;
+
+/// The ServiceAccount the token route calls as, in `plugins`: bound to
+/// `cluster-admin`, the rights of the other routes' admin, so that only the
+/// way it is authenticated differs.
+const TOKEN_CALLER: &str = "reconcile-bench";
+
+/// A one-hour token of [`TOKEN_CALLER`] (made with its rights if missing),
+/// from the TokenRequest API.
+fn caller_token(node: &Node) -> Result<String> {
+    node.apply(&format!(
+        "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {TOKEN_CALLER}, namespace: plugins}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: 'kplug:bench:{TOKEN_CALLER}'}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+subjects:
+- {{kind: ServiceAccount, name: {TOKEN_CALLER}, namespace: plugins}}
+"
+    ))?;
+    let request = tempfile::NamedTempFile::new().context("a file for the TokenRequest")?;
+    std::fs::write(
+        request.path(),
+        r#"{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}"#,
+    )
+    .context("writing the TokenRequest")?;
+    let path = format!("/api/v1/namespaces/plugins/serviceaccounts/{TOKEN_CALLER}/token");
+    let answer: Value = serde_json::from_str(&node.kubectl(&[
+        "create",
+        "--raw",
+        &path,
+        "-f",
+        &request.path().to_string_lossy(),
+    ])?)
+    .context("the TokenRequest's answer")?;
+    answer["status"]["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no token in the TokenRequest's answer")
+}
+
+/// The ClusterIP of the Service `kplug-system/kplug`.
+fn kplug_service_ip(node: &Node) -> Result<std::net::IpAddr> {
+    let service = node.kubectl_json(&["-n", "kplug-system", "get", "service", "kplug"])?;
+    let ip = service["spec"]["clusterIP"]
+        .as_str()
+        .context("the Service kplug has no clusterIP")?;
+    ip.parse()
+        .with_context(|| format!("the Service kplug's clusterIP {ip:?}"))
 }
 
 /// One HTTP/2 connection over mutual TLS to a plugin pod, configured as
