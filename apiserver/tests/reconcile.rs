@@ -5,6 +5,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use kplug_test_support::metrics::Samples;
+use kplug_test_support::server_timing;
 use kplug_test_support::{Process, StandaloneKplug, free_port, wait_until};
 use serde_json::{Value, json};
 
@@ -175,6 +176,45 @@ fn kubectl_create_raw_delegates_to_the_named_plugin() {
         answer["status"]["results"][0]["reason"], "Goodbye",
         "{answer:#}"
     );
+}
+
+/// The `Server-Timing` stages of an answer, as `kubectl -v=8` prints its
+/// headers.
+fn server_timing(kubectl_log: &str) -> Vec<(String, Duration)> {
+    let header = kubectl_log
+        .lines()
+        .find_map(|line| line.trim().split_once("Server-Timing: "))
+        .map(|(_, value)| value.to_owned())
+        .unwrap_or_else(|| panic!("no Server-Timing header in:\n{kubectl_log}"));
+    server_timing::parse(&header).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+#[test]
+fn an_answer_says_where_its_time_went() {
+    let kplug = StandaloneKplug::start();
+    let (_plugin, _) = hello(&kplug, "hello", &["--delay-ms", "40"]);
+    let file = write_temp(
+        &kplug,
+        "req.json",
+        &request(json!({"object": greeting("world")})),
+    );
+    let path = format!("{PLUGINS}/hello/reconcile");
+    let output = kplug.kubectl(&["create", "--raw", &path, "-f", &file, "-v=8"]);
+    assert!(output.status.success(), "{output:?}");
+    let stages = server_timing(&String::from_utf8_lossy(&output.stderr));
+    let names: Vec<&str> = stages.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "auth", "read", "decode", "select", "checks", "plugin", "answer"
+        ]
+    );
+    // The plugin's 40 ms are in its stage and nowhere else.
+    let delay = Duration::from_millis(40);
+    let plugin = stages[5].1;
+    assert!(plugin >= delay && plugin < 25 * delay, "{stages:?}");
+    let rest: Duration = stages.iter().map(|(_, took)| *took).sum::<Duration>() - plugin;
+    assert!(rest < delay, "{stages:?}");
 }
 
 #[test]

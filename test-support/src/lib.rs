@@ -35,6 +35,7 @@ mod process;
 mod registry;
 pub mod report;
 pub mod required;
+pub mod server_timing;
 mod service;
 mod standalone;
 mod widgets;

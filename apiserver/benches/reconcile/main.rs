@@ -52,7 +52,7 @@ use tokio::task::JoinSet;
 
 use payload::{PAYLOADS, Payload};
 use report::{LatencyRun, Report, ThroughputRun};
-use route::{Caller, Deployment, Route, check_routes, connect_plugin};
+use route::{Call, Caller, Deployment, Route, check_routes, connect_plugin};
 use support::{
     ApiClient, BASELINE_VARIABLE, STARTUP_TIMEOUT, Server, baseline_from_env, join_all,
     print_machine,
@@ -268,7 +268,14 @@ pub struct Sequential {
     /// call (client and kplug HTTP/2 and TLS, decoding, selection,
     /// encoding the answer).
     pub outside_plugin_call: Latencies,
+    /// Through kplug: each stage of its `Server-Timing`, in order, and last
+    /// `CONNECTION`: the answer's latency less all of them.
+    pub stages: Vec<(String, Latencies)>,
 }
+
+/// What a call through kplug took beyond the stages kplug measured: TLS,
+/// HTTP/2 and the network both ways, and the client.
+pub const CONNECTION: &str = "the connection (the answer's latency − the stages)";
 
 /// `ROUNDS` rounds of `PER_ROUND` calls on each route, after `WARMUP`
 /// calls each; every round starts with the next route.
@@ -283,6 +290,7 @@ async fn sequential(callers: &mut [(Route, Caller)], payload: &Payload) -> Resul
     let mut samples = vec![Vec::with_capacity(ROUNDS * PER_ROUND); callers.len()];
     let mut plugin_call = Vec::with_capacity(ROUNDS * PER_ROUND);
     let mut outside_plugin_call = Vec::with_capacity(ROUNDS * PER_ROUND);
+    let mut stages: Vec<(String, Vec<Duration>)> = Vec::new();
     for round in 0..ROUNDS {
         for offset in 0..callers.len() {
             let index = (round + offset) % callers.len();
@@ -293,6 +301,7 @@ async fn sequential(callers: &mut [(Route, Caller)], payload: &Payload) -> Resul
                 if let (Route::Kplug, Some(inside)) = (*route, call.plugin_call) {
                     plugin_call.push(inside);
                     outside_plugin_call.push(call.elapsed.saturating_sub(inside));
+                    record_stages(&mut stages, &call)?;
                 }
                 number += 1;
             }
@@ -315,7 +324,42 @@ async fn sequential(callers: &mut [(Route, Caller)], payload: &Payload) -> Resul
         baseline: take(Route::Baseline),
         plugin_call: Latencies::new(plugin_call),
         outside_plugin_call: Latencies::new(outside_plugin_call),
+        stages: stages
+            .into_iter()
+            .map(|(stage, samples)| (stage, Latencies::new(samples)))
+            .collect(),
     })
+}
+
+/// Adds `call`'s stages, and what its latency took beyond them, to
+/// `stages`; every call through kplug must name the same stages in the
+/// same order (a reconcile by value).
+fn record_stages(stages: &mut Vec<(String, Vec<Duration>)>, call: &Call) -> Result<()> {
+    ensure!(
+        !call.stages.is_empty(),
+        "an answer through kplug without its Server-Timing"
+    );
+    let measured: Duration = call.stages.iter().map(|(_, took)| *took).sum();
+    let connection = (CONNECTION.to_owned(), call.elapsed.saturating_sub(measured));
+    for (index, (stage, took)) in call
+        .stages
+        .iter()
+        .cloned()
+        .chain(std::iter::once(connection))
+        .enumerate()
+    {
+        match stages.get_mut(index) {
+            Some((known, samples)) => {
+                ensure!(
+                    *known == stage,
+                    "stage {index} is {stage:?} in one answer, {known:?} in another"
+                );
+                samples.push(took);
+            }
+            None => stages.push((stage, vec![took])),
+        }
+    }
+    Ok(())
 }
 
 /// The floor under a call through kplug: `GET` of the plugin's object on the

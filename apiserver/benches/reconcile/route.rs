@@ -10,6 +10,7 @@ use http::StatusCode;
 use kplug_proto::v1alpha1::ReconcileRequest;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_test_support::measure::process_cpu_time;
+use kplug_test_support::server_timing;
 use kplug_test_support::{Process, free_port};
 
 /// The user of standalone kplug's admin certificate, whom kplug names to
@@ -142,6 +143,10 @@ pub struct Call {
     /// Through kplug, with a checked answer: how long kplug's own gRPC call
     /// to the plugin took (`status.durationMilliseconds`).
     pub plugin_call: Option<Duration>,
+    /// Through kplug, with a checked answer: the stages of kplug's handling
+    /// as its `Server-Timing` header gives them (the baseline build may
+    /// send none).
+    pub stages: Vec<(String, Duration)>,
 }
 
 impl Caller {
@@ -167,7 +172,9 @@ impl Caller {
         match self {
             Self::Kplug(api) => {
                 let started = Instant::now();
-                let (status, body) = api.post_json(RECONCILE_PATH, payload.body.clone()).await?;
+                let (status, headers, body) = api
+                    .post_json_with_headers(RECONCILE_PATH, payload.body.clone())
+                    .await?;
                 let elapsed = started.elapsed();
                 if status != StatusCode::CREATED {
                     bail!(
@@ -176,7 +183,12 @@ impl Caller {
                     );
                 }
                 let mut plugin_call = None;
+                let mut stages = Vec::new();
                 if check {
+                    if let Some(timing) = headers.get("server-timing") {
+                        let timing = timing.to_str().context("a Server-Timing header")?;
+                        stages = server_timing::parse(timing)?;
+                    }
                     let answer: Answer = serde_json::from_slice(&body).with_context(|| {
                         format!("reconcile {number} through kplug: undecodable answer")
                     })?;
@@ -192,6 +204,7 @@ impl Caller {
                 Ok(Call {
                     elapsed,
                     plugin_call,
+                    stages,
                 })
             }
             Self::Direct(client) => {
@@ -225,6 +238,7 @@ impl Caller {
                 Ok(Call {
                     elapsed,
                     plugin_call: None,
+                    stages: Vec::new(),
                 })
             }
         }

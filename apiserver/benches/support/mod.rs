@@ -171,7 +171,7 @@ impl ApiClient {
             // An empty Full is at its end: HEADERS with END_STREAM, no DATA.
             .body(Full::new(Bytes::new()))
             .context("building the request")?;
-        let (status, body) = self.send(request, "GET", path).await?;
+        let (status, _, body) = self.send(request, "GET", path).await?;
         if !status.is_success() {
             bail!("GET {path}: {status}: {}", String::from_utf8_lossy(&body));
         }
@@ -185,6 +185,16 @@ impl ApiClient {
         path: &str,
         body: Bytes,
     ) -> Result<(http::StatusCode, Bytes)> {
+        let (status, _, body) = self.post_json_with_headers(path, body).await?;
+        Ok((status, body))
+    }
+
+    /// As [`ApiClient::post_json`], with the response's headers.
+    pub async fn post_json_with_headers(
+        &mut self,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(http::StatusCode, http::HeaderMap, Bytes)> {
         let request = http::Request::post(format!("{}{path}", self.base))
             .header(http::header::ACCEPT, "application/json")
             .header(http::header::CONTENT_TYPE, "application/json")
@@ -242,16 +252,15 @@ impl ApiClient {
         request: http::Request<Full<Bytes>>,
         method: &str,
         path: &str,
-    ) -> Result<(http::StatusCode, Bytes)> {
+    ) -> Result<(http::StatusCode, http::HeaderMap, Bytes)> {
         let response = self.start(request, method, path).await?;
-        let status = response.status();
-        let body = response
-            .into_body()
+        let (parts, body) = response.into_parts();
+        let body = body
             .collect()
             .await
             .with_context(|| format!("reading the body of {method} {path}"))?
             .to_bytes();
-        Ok((status, body))
+        Ok((parts.status, parts.headers, body))
     }
 }
 

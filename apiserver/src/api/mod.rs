@@ -13,6 +13,7 @@ pub mod selector;
 pub mod shadow;
 pub mod status;
 pub mod table;
+pub mod timing;
 pub mod watcher;
 
 use std::sync::Arc;

@@ -14,7 +14,7 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::Router;
@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::api::metrics::{InstrumentLayer, RequestMetrics};
 use crate::api::reconcile::ObjectAccess;
 use crate::api::status::ApiError;
+use crate::api::timing::Authenticated;
 use crate::api::{self, AppState, openapi::OpenApi};
 use crate::audit::AuditLog;
 use crate::auth::Auth;
@@ -81,11 +82,19 @@ pub fn app(
 /// Middleware: answers `401`/`403` Statuses, or passes the request on with
 /// its [`crate::auth::User`]. It lives here, at the edge, so that `auth` decides
 /// and `api::status` words the answer without either knowing the other.
+/// How long the check took goes along too, for the answer's
+/// `Server-Timing` ([`api::timing`]).
 async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
+    let started = Instant::now();
     match auth.check(&parts).await {
         Ok(user) => {
+            let at = Instant::now();
             parts.extensions.insert(Arc::new(user));
+            parts.extensions.insert(Authenticated {
+                took: at.saturating_duration_since(started),
+                at,
+            });
             next.run(Request::from_parts(parts, body)).await
         }
         Err(error) => ApiError::from(error).into_response(),

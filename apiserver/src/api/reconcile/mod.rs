@@ -32,6 +32,7 @@ use tracing::Instrument;
 
 use super::AppState;
 use super::status::ApiError;
+use super::timing::{Authenticated, Stages};
 use crate::auth::User;
 use crate::proxy::ProxyError;
 use crate::registry::{Implementation, SelectError};
@@ -88,6 +89,9 @@ impl Default for ReconcileSettings {
         }
     }
 }
+
+/// W3C Server Timing ([`super::timing`]); not among `http`'s names.
+const SERVER_TIMING: header::HeaderName = header::HeaderName::from_static("server-timing");
 
 /// Retry-After for a plugin that is not Ready or unreachable: about one
 /// heartbeat interval, when a new registration may have arrived.
@@ -273,6 +277,7 @@ fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
 }
 
 /// [`reconcile`], recorded in the audit log whatever its outcome.
+#[allow(clippy::too_many_arguments)]
 async fn delegate(
     state: AppState,
     user: &User,
@@ -281,6 +286,7 @@ async fn delegate(
     warnings: Vec<String>,
     addressed: Addressed<'_>,
     trace: Option<TraceParent>,
+    stages: &mut Stages,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     // Continue the caller's trace, or start one here; the plugin sees
@@ -288,7 +294,7 @@ async fn delegate(
     let trace = trace.unwrap_or_else(TraceParent::new_root).child();
     let mut trail = Trail::default();
     let result = reconcile(
-        &state, user, body, &request, warnings, addressed, trace, &mut trail,
+        &state, user, body, &request, warnings, addressed, trace, &mut trail, stages,
     )
     .await;
     if let Some(log) = &state.audit {
@@ -297,9 +303,10 @@ async fn delegate(
     result
 }
 
-/// Selects the plugin, calls it and renders the `201` answer. `body` is
-/// the buffer `request` was decoded from: the object and extensions go to
-/// the plugin as slices of it, without a copy.
+/// Selects the plugin, calls it and renders the `201` answer, with the
+/// `Server-Timing` of its `stages`. `body` is the buffer `request` was
+/// decoded from: the object and extensions go to the plugin as slices of
+/// it, without a copy.
 #[allow(clippy::too_many_arguments)]
 async fn reconcile(
     state: &AppState,
@@ -310,6 +317,7 @@ async fn reconcile(
     addressed: Addressed<'_>,
     trace: TraceParent,
     trail: &mut Trail,
+    stages: &mut Stages,
 ) -> Result<Response, ApiError> {
     let Asked {
         operation,
@@ -330,6 +338,7 @@ async fn reconcile(
             versions.as_ref(),
         )
         .map_err(select_error)?;
+    stages.end("select");
     trail.plugin = plugin.name().to_owned();
     let read;
     let resolved;
@@ -353,6 +362,7 @@ async fn reconcile(
             })??;
             let (object, extensions) = read.objects()?;
             resolved = request.with_objects(object, extensions);
+            stages.end("objectRef");
             (&read.buffer, &resolved)
         }
     };
@@ -365,6 +375,7 @@ async fn reconcile(
             .await?;
     }
     check_capability(&plugin, operation, spec.dry_run)?;
+    stages.end("checks");
     let operation_id = uuid::Uuid::new_v4().to_string();
     trail.operation_id.clone_from(&operation_id);
     // The decoder's slices lie within `body`, which slice_ref requires.
@@ -401,6 +412,7 @@ async fn reconcile(
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
+    stages.end("plugin");
     if let Some(split) = &split {
         span.in_scope(|| canary::record(&state.registry, plugin.name(), split, &answer));
     }
@@ -454,6 +466,10 @@ async fn reconcile(
             response.headers_mut().append(header::WARNING, value);
         }
     }
+    stages.end("answer");
+    if let Some(timing) = stages.header() {
+        response.headers_mut().insert(SERVER_TIMING, timing);
+    }
     Ok(response)
 }
 
@@ -461,13 +477,16 @@ async fn reconcile(
 pub async fn subresource(
     State(state): State<AppState>,
     Extension(user): Extension<Arc<User>>,
+    authenticated: Option<Extension<Authenticated>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     query: Result<Query<CreateQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let mut stages = Stages::start(authenticated.map(|Extension(a)| a));
     let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
     let (request, warnings) = received.decode()?;
+    stages.end("decode");
     if let Some(pinned) = request.spec.plugin.as_deref()
         && pinned != name
     {
@@ -488,6 +507,7 @@ pub async fn subresource(
         warnings,
         addressed,
         trace_parent(&headers),
+        &mut stages,
     )
     .await
 }
@@ -497,13 +517,21 @@ pub async fn subresource(
 pub async fn create(
     State(state): State<AppState>,
     Extension(user): Extension<Arc<User>>,
+    authenticated: Option<Extension<Authenticated>>,
     headers: HeaderMap,
     query: Result<Query<CreateQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let mut stages = Stages::start(authenticated.map(|Extension(a)| a));
     let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
     let (request, warnings) = received.decode()?;
-    select_and_delegate(state, &user, &headers, &received, request, warnings, None).await
+    stages.end("decode");
+    let sent = Sent {
+        headers: &headers,
+        received: &received,
+        warnings,
+    };
+    select_and_delegate(state, &user, sent, request, None, &mut stages).await
 }
 
 /// `POST /apis/plugins.kplug.io/v1alpha1/namespaces/{namespace}/reconciles`:
@@ -512,13 +540,16 @@ pub async fn create(
 pub async fn create_in_namespace(
     State(state): State<AppState>,
     Extension(user): Extension<Arc<User>>,
+    authenticated: Option<Extension<Authenticated>>,
     Path(namespace): Path<String>,
     headers: HeaderMap,
     query: Result<Query<CreateQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let mut stages = Stages::start(authenticated.map(|Extension(a)| a));
     let received = receive(&headers, query, body, state.reconcile.max_body_bytes)?;
     let (mut request, warnings) = received.decode()?;
+    stages.end("decode");
     match request.metadata.namespace.as_deref() {
         // kube-apiserver's words for the same mismatch.
         Some(sent) if !sent.is_empty() && sent != namespace => {
@@ -530,22 +561,30 @@ pub async fn create_in_namespace(
         }
         _ => request.metadata.namespace = Some(namespace.clone()),
     }
+    let sent = Sent {
+        headers: &headers,
+        received: &received,
+        warnings,
+    };
     let namespace = Some(namespace.as_str());
-    select_and_delegate(
-        state, &user, &headers, &received, request, warnings, namespace,
-    )
-    .await
+    select_and_delegate(state, &user, sent, request, namespace, &mut stages).await
+}
+
+/// A `reconciles` request as received, beside its decoded body.
+struct Sent<'a> {
+    headers: &'a HeaderMap,
+    received: &'a Received,
+    warnings: Vec<String>,
 }
 
 /// What `reconciles` checks before delegating: the selection is complete.
 async fn select_and_delegate(
     state: AppState,
     user: &User,
-    headers: &HeaderMap,
-    received: &Received,
+    sent: Sent<'_>,
     request: Request<'_>,
-    warnings: Vec<String>,
     namespace: Option<&str>,
+    stages: &mut Stages,
 ) -> Result<Response, ApiError> {
     if request.spec.plugin.is_none() {
         match &request.spec.api {
@@ -571,11 +610,12 @@ async fn select_and_delegate(
     delegate(
         state,
         user,
-        &received.body,
+        &sent.received.body,
         request,
-        warnings,
+        sent.warnings,
         addressed,
-        trace_parent(headers),
+        trace_parent(sent.headers),
+        stages,
     )
     .await
 }
