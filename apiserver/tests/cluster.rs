@@ -9,6 +9,7 @@ use std::time::Duration;
 use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::{Postgres, venv_python};
+use kplug_test_support::server_timing;
 use kplug_test_support::{
     AggregatedKplug, ControlPlane, FAST_REVIEWS, Process, client_cert, expired_token, free_port,
     hello_plugin, output_text, plugin_identity, wait_until,
@@ -279,6 +280,14 @@ subjects: [{kind: User, name: someone}]
     );
     assert_eq!(can_i("list", ""), "yes");
     assert_eq!(can_i("create", "reconcile"), "yes");
+    // kube-apiserver passes kplug's Server-Timing on to the caller.
+    let verbose = [&reconcile_args[..], &["-v=8".to_owned()]].concat();
+    let log = String::from_utf8_lossy(&as_someone(&verbose).stderr).into_owned();
+    let stages = server_timing::from_kubectl_log(&log).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        stages.iter().any(|(stage, _)| stage == "plugin"),
+        "{stages:?}"
+    );
 
     // The database example through kube-apiserver: the PostgreSQL plugin
     // heartbeats with its own ServiceAccount, an operator reconciles.

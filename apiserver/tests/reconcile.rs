@@ -178,17 +178,6 @@ fn kubectl_create_raw_delegates_to_the_named_plugin() {
     );
 }
 
-/// The `Server-Timing` stages of an answer, as `kubectl -v=8` prints its
-/// headers.
-fn server_timing(kubectl_log: &str) -> Vec<(String, Duration)> {
-    let header = kubectl_log
-        .lines()
-        .find_map(|line| line.trim().split_once("Server-Timing: "))
-        .map(|(_, value)| value.to_owned())
-        .unwrap_or_else(|| panic!("no Server-Timing header in:\n{kubectl_log}"));
-    server_timing::parse(&header).unwrap_or_else(|e| panic!("{e:#}"))
-}
-
 #[test]
 fn an_answer_says_where_its_time_went() {
     let kplug = StandaloneKplug::start();
@@ -201,7 +190,8 @@ fn an_answer_says_where_its_time_went() {
     let path = format!("{PLUGINS}/hello/reconcile");
     let output = kplug.kubectl(&["create", "--raw", &path, "-f", &file, "-v=8"]);
     assert!(output.status.success(), "{output:?}");
-    let stages = server_timing(&String::from_utf8_lossy(&output.stderr));
+    let stages = server_timing::from_kubectl_log(&String::from_utf8_lossy(&output.stderr))
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let names: Vec<&str> = stages.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
         names,

@@ -24,6 +24,17 @@ pub fn parse(value: &str) -> Result<Vec<(String, Duration)>> {
         .collect()
 }
 
+/// The stages of the answer whose headers `kubectl -v=8` printed in
+/// `log` (its stderr).
+pub fn from_kubectl_log(log: &str) -> Result<Vec<(String, Duration)>> {
+    let value = log
+        .lines()
+        .find_map(|line| line.trim().split_once("Server-Timing: "))
+        .map(|(_, value)| value)
+        .with_context(|| format!("no Server-Timing header in:\n{log}"))?;
+    parse(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

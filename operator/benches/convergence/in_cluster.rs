@@ -56,7 +56,22 @@ pub fn main(mode: BenchMode, counts: Counts) -> Result<()> {
         OperatorRoute::ThroughKubeApiserver,
         OperatorRoute::StraightToKplug,
     ] {
+        // The objects of an earlier run go first, finalized by the operator
+        // running now, before this route's operator is deployed: its log
+        // holds this run's reconciles (the first route's pod may be the one
+        // that finalized them, when prepare left it unchanged).
+        eprintln!("making the namespaces {NAMESPACE} and {BASELINE_NAMESPACE} anew");
+        node.kubectl(&[
+            "delete",
+            "namespace",
+            NAMESPACE,
+            BASELINE_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=5m",
+        ])?;
         let operator = in_cluster::deploy_operator(&node, route)?;
+        node.apply(NAMESPACES)?;
         run(
             &node,
             &installation,
@@ -96,19 +111,6 @@ fn run(
     counts: Counts,
     load_at_start: &str,
 ) -> Result<()> {
-    // The objects of an earlier run go first (the operator finalizes them).
-    eprintln!("making the namespaces {NAMESPACE} and {BASELINE_NAMESPACE} anew");
-    node.kubectl(&[
-        "delete",
-        "namespace",
-        NAMESPACE,
-        BASELINE_NAMESPACE,
-        "--ignore-not-found",
-        "--wait=true",
-        "--timeout=5m",
-    ])?;
-    node.apply(NAMESPACES)?;
-
     let named = |names: [&'static str; 2], pods: &[Pod]| -> Result<Vec<(&'static str, Pod)>> {
         ensure!(pods.len() == names.len(), "expected {} pods", names.len());
         Ok(names.into_iter().zip(pods.iter().cloned()).collect())

@@ -91,8 +91,10 @@ fn print_latency(r: &Results, client: &Pod) {
          untimed, the routes taking turns: `POST {RECONCILE_PATH}` to kube-apiserver as the \
          admin; the same straight to a kplug pod with the front proxy's certificate as the admin \
          in `system:masters` (what the aggregator sends); the same to kplug's Service with the \
-         bearer token of a ServiceAccount bound to `cluster-admin` (an operator's \
-         `--kplug-url`: kplug reviews the token, cached, and kube-proxy picks the pod); \
+         bearer token of a ServiceAccount with an operator's rights, `kplug:operator` and \
+         `update greetings/status` (an operator's `--kplug-url`: kplug reviews the token and \
+         checks the right on the object, both cached, where the admin is not checked; \
+         kube-proxy picks the pod); \
          `Plugin/Reconcile` direct to a plugin pod over mutual TLS with kplug's client \
          certificate. Each from the pod `{}`, to both pods of each kind in turn.\n",
         size(r.request_bytes),

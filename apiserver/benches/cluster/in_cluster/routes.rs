@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::GREETINGS_CONTROLLER;
 use crate::support::{ApiClient, REQUEST_TIMEOUT, tls_config, tls_config_without_client_cert};
 
 pub(super) const RECONCILE_PATH: &str = "/apis/plugins.kplug.io/v1alpha1/plugins/hello/reconcile";
@@ -275,14 +276,22 @@ impl Callers {
 /// The port of kplug's Service (`deploy/service.yaml`, `https`).
 const KPLUG_SERVICE_PORT: u16 = 443;
 
-/// The ServiceAccount the token route calls as, in `plugins`: bound to
-/// `cluster-admin`, the rights of the other routes' admin, so that only the
-/// way it is authenticated differs.
+/// The ServiceAccount the token route calls as, in `plugins`: an
+/// operator's least rights, `kplug:operator` and a controller's on the
+/// reconciled Greetings, so that kplug checks its right on each object (the
+/// admin of the other routes, in `system:masters`, is not checked).
 const TOKEN_CALLER: &str = "reconcile-bench";
 
-/// A one-hour token of [`TOKEN_CALLER`] (made with its rights if missing),
-/// from the TokenRequest API.
+/// A one-hour token of [`TOKEN_CALLER`] (made with its rights, and the
+/// Greetings' CRD, if missing), from the TokenRequest API.
 fn caller_token(node: &Node) -> Result<String> {
+    node.apply(GREETINGS_CONTROLLER)?;
+    node.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/greetings.example.com",
+        "--timeout=60s",
+    ])?;
     node.apply(&format!(
         "apiVersion: v1
 kind: ServiceAccount
@@ -290,8 +299,15 @@ metadata: {{name: {TOKEN_CALLER}, namespace: plugins}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {{name: 'kplug:bench:{TOKEN_CALLER}'}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+metadata: {{name: 'kplug:operator:{TOKEN_CALLER}'}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: 'kplug:operator'}}
+subjects:
+- {{kind: ServiceAccount, name: {TOKEN_CALLER}, namespace: plugins}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: 'greetings-controller:{TOKEN_CALLER}'}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: greetings-controller}}
 subjects:
 - {{kind: ServiceAccount, name: {TOKEN_CALLER}, namespace: plugins}}
 "
