@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::extensions;
 use crate::reconciler::{Context, error_policy, reconcile};
+use crate::status::Owned;
 
 /// Changes to an object that call for a reconcile.
 fn trigger_hash(object: &DynamicObject) -> u64 {
@@ -145,8 +146,14 @@ pub async fn run(
     };
     let writer = Writer::new(resource.clone());
     let store = writer.as_reader();
+    let field_manager = ctx.options.field_manager.clone();
     let objects = watcher(api, watcher::Config::default())
         .default_backoff()
+        // Of an object's managedFields the operator reads only its own
+        // entry; the cache keeps no other manager's.
+        .modify(move |object: &mut DynamicObject| {
+            Owned::keep_only_ours(object.meta_mut(), &field_manager);
+        })
         .reflect(writer)
         .applied_objects()
         .predicate_filter(

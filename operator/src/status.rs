@@ -81,6 +81,15 @@ pub struct Owned {
 }
 
 impl Owned {
+    /// Drops the `managedFields` entries of every manager but
+    /// `field_manager`: all of them that [`Owned::read`] needs, so that a
+    /// cache of objects need not hold the others.
+    pub fn keep_only_ours(meta: &mut ObjectMeta, field_manager: &str) {
+        if let Some(entries) = &mut meta.managed_fields {
+            entries.retain(|e| e.manager.as_deref() == Some(field_manager));
+        }
+    }
+
     pub fn read(meta: &ObjectMeta, field_manager: &str) -> Self {
         let mut owned = Self::default();
         let entries = meta.managed_fields.iter().flatten();

@@ -62,8 +62,9 @@ fn desired<'a>(current: &'a Value, owned: &'a Owned, now: Timestamp) -> Desired<
     }
 }
 
-fn owned(fields: Value) -> Owned {
-    let meta = ObjectMeta {
+/// Our entry for `fields` of the status, and someone else's.
+fn two_managers(fields: Value) -> ObjectMeta {
+    ObjectMeta {
         managed_fields: Some(vec![
             ManagedFieldsEntry {
                 manager: Some(MANAGER.into()),
@@ -78,8 +79,26 @@ fn owned(fields: Value) -> Owned {
             },
         ]),
         ..Default::default()
-    };
-    Owned::read(&meta, MANAGER)
+    }
+}
+
+fn owned(fields: Value) -> Owned {
+    Owned::read(&two_managers(fields), MANAGER)
+}
+
+#[test]
+fn a_cached_object_keeps_only_our_entry_and_reads_the_same() {
+    let fields = json!({"f:columns": {}, "f:conditions": {"k:{\"type\":\"Ready\"}": {}}});
+    let mut meta = two_managers(fields.clone());
+    Owned::keep_only_ours(&mut meta, MANAGER);
+    let managers: Vec<_> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| e.manager.as_deref())
+        .collect();
+    assert_eq!(managers, [Some(MANAGER)]);
+    assert_eq!(Owned::read(&meta, MANAGER), owned(fields));
 }
 
 #[test]
