@@ -8,6 +8,8 @@
 #   hack/images.sh check [NAME...]     # run each with --help, no network; its uid
 #   hack/images.sh sizes               # each image's size, raw and gzipped
 #   hack/images.sh list                # NAME IMAGE DOCKERFILE, one per line
+#   hack/images.sh id NAME             # the built image's ID (sha256:...), as
+#                                      # a pod's status.containerStatuses[].imageID
 #   hack/images.sh verify REF...       # fails unless each runs as 65532:65532
 #
 # NAME is the image's repository name: kplug-apiserver, kplug-operator,
@@ -871,6 +873,17 @@ list() {
   for n in $(image_names); do echo "$n $(image_ref "$n") $(image_field "$n" 1)"; done
 }
 
+# built_id: the config digest of the last build of NAME, which containerd reports
+# as the image ID of the pods that run it.
+built_id() {
+  [ $# -eq 1 ] || usage
+  image_field "$1" 1 >/dev/null
+  local config
+  config="$(stamp_get "image-$1" config)"
+  [ -n "$config" ] || die "$1 is not built: hack/images.sh build $1"
+  echo "$config"
+}
+
 # --- main ---------------------------------------------------------------------
 
 cmd="${1:-}"
@@ -888,6 +901,7 @@ case "$cmd" in
   check) need_root; lock; check "$@" ;;
   sizes) sizes ;;
   list) list ;;
+  id) built_id "$@" ;;
   verify) need_root; verify "$@" ;;
   *) usage ;;
 esac

@@ -324,6 +324,7 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
             "--timeout=5m",
         ])?;
     }
+    roll_stale_pods(node)?;
 
     let installation = Installation {
         work: work.to_owned(),
@@ -349,6 +350,64 @@ pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installa
         )?;
     }
     Ok(installation)
+}
+
+/// Each image the benches build, and the Deployment (namespace, name, the
+/// `app.kubernetes.io/name` of its pods) that runs it.
+const DEPLOYED: [(&str, &str, &str); 3] = [
+    ("kplug-apiserver", KPLUG_NS, "kplug"),
+    ("hello-plugin", PLUGINS_NS, "hello-plugin"),
+    ("kplug-operator", PLUGINS_NS, operator::NAME),
+];
+
+/// Loads the images just built into the node's containerd (nothing for one
+/// it holds) and restarts each Deployment with a pod that runs another
+/// image: on a cluster kept between runs the benches would otherwise
+/// measure pods of an older tree, as a new image under the same tag does
+/// not restart the pods.
+fn roll_stale_pods(node: &Node) -> Result<()> {
+    let images = repo_root().join("hack/images.sh");
+    let loaded = Command::new(&images)
+        .arg("load")
+        .args(IMAGES)
+        .env("CONTAINERD_ADDRESS", node.var("CONTAINERD_ADDRESS")?)
+        .stdin(Stdio::null())
+        .stdout(std::io::stderr())
+        .status()
+        .context("running hack/images.sh load")?;
+    ensure!(loaded.success(), "hack/images.sh load {IMAGES:?} failed");
+    for (image, namespace, name) in DEPLOYED {
+        let built = Command::new(&images)
+            .args(["id", image])
+            .stdin(Stdio::null())
+            .output()
+            .context("running hack/images.sh id")?;
+        ensure!(built.status.success(), "hack/images.sh id {image} failed");
+        let built = String::from_utf8_lossy(&built.stdout).trim().to_owned();
+        let selector = format!("app.kubernetes.io/name={name}");
+        let pods = node.kubectl_json(&["-n", namespace, "get", "pods", "-l", &selector])?;
+        let stale = pods["items"].as_array().into_iter().flatten().any(|pod| {
+            pod["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|container| container["imageID"].as_str() != Some(&built))
+        });
+        if stale {
+            eprintln!("{namespace}/{name} runs another build than {image} {built}: restarting it");
+            let deployment = format!("deployment/{name}");
+            node.kubectl(&["-n", namespace, "rollout", "restart", &deployment])?;
+            node.kubectl(&[
+                "-n",
+                namespace,
+                "rollout",
+                "status",
+                &deployment,
+                "--timeout=5m",
+            ])?;
+        }
+    }
+    Ok(())
 }
 
 /// The Widgets' operator, redeployed to send its reconciles by `route`
