@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kplug_test_support::audit::AuditLog;
-use kplug_test_support::{free_port, output_text, wait_plugin_ready, wait_until};
+use kplug_test_support::{Lines, free_port, output_text, wait_plugin_ready, wait_until};
 use support::widgets::Widgets;
 
 const OPERATOR: &str = "system:serviceaccount:team-a:widgets-operator";
@@ -85,6 +85,23 @@ fn reconcile_file(dir: &Path, namespace: &str, name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// Waits until team-a's Widget `mine` is Ready (the operator's log in the
+/// error) and the plugin saw the team's operator as the caller.
+fn wait_served_by_the_operator(world: &Widgets, operator_log: &Lines, plugin_log: &Lines) {
+    wait_until(
+        "team-a's Widget Ready",
+        Duration::from_secs(60),
+        || match world.ready_in("team-a", "mine") {
+            Ok(ready) if ready["status"] == "True" => Ok(()),
+            Ok(ready) => Err(format!("{ready}; operator: {:?}", operator_log.drain())),
+            Err(error) => Err(error),
+        },
+    );
+    plugin_log.wait_for(Duration::from_secs(5), "the operator as caller", |line| {
+        line.contains(&format!("caller={OPERATOR}"))
+    });
+}
+
 #[test]
 fn an_operator_bound_in_its_namespace_delegates_its_objects_and_no_others() {
     let world = Widgets::start();
@@ -104,18 +121,7 @@ fn an_operator_bound_in_its_namespace_delegates_its_objects_and_no_others() {
     world.cluster.kubeconfig_for_token(&kubeconfig, &token);
     let (_operator, operator_log) = world.run_operator_in("team-a", &kubeconfig, &[]);
     world.cluster.apply(&widget_in("team-a", "mine"));
-    wait_until(
-        "team-a's Widget Ready",
-        Duration::from_secs(60),
-        || match world.ready_in("team-a", "mine") {
-            Ok(ready) if ready["status"] == "True" => Ok(()),
-            Ok(ready) => Err(format!("{ready}; operator: {:?}", operator_log.drain())),
-            Err(error) => Err(error),
-        },
-    );
-    plugin_log.wait_for(Duration::from_secs(5), "the operator as caller", |line| {
-        line.contains(&format!("caller={OPERATOR}"))
-    });
+    wait_served_by_the_operator(&world, &operator_log, &plugin_log);
 
     // The same identity, by hand: refused team-b's Widget wherever it asks.
     world.cluster.apply(&widget_in("team-b", "theirs"));
@@ -261,18 +267,7 @@ fn straight_to_kplug_the_operator_is_the_same_identity_under_the_same_rules() {
         "kube-apiserver logs the reconciles it passes on"
     );
     let (_operator, operator_log) = direct_operator(world.kplug.https, &operator_token);
-    wait_until(
-        "team-a's Widget Ready",
-        Duration::from_secs(60),
-        || match world.ready_in("team-a", "mine") {
-            Ok(ready) if ready["status"] == "True" => Ok(()),
-            Ok(ready) => Err(format!("{ready}; operator: {:?}", operator_log.drain())),
-            Err(error) => Err(error),
-        },
-    );
-    plugin_log.wait_for(Duration::from_secs(5), "the operator as caller", |line| {
-        line.contains(&format!("caller={OPERATOR}"))
-    });
+    wait_served_by_the_operator(&world, &operator_log, &plugin_log);
     assert_eq!(
         reconciles_through_kube_apiserver(&audit, mark),
         0,

@@ -7,7 +7,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kplug_proto::v1alpha1::TOKEN_AUDIENCE;
-use serde_json::{Value, json};
 
 use crate::kubectl::{self, KUBECTL};
 use crate::process::{Lines, Process, output_text};
@@ -141,31 +140,10 @@ impl ControlPlane {
 
     /// A one-hour token for `audiences` (none: kube-apiserver's own).
     fn token_for(&self, namespace: &str, service_account: &str, audiences: &[&str]) -> String {
-        let request = self.dir.join("token-request.json");
-        let mut spec = json!({"expirationSeconds": 3600});
-        if !audiences.is_empty() {
-            spec["audiences"] = json!(audiences);
-        }
-        std::fs::write(
-            &request,
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
-                .to_string(),
-        )
-        .expect("write the TokenRequest");
-        let path =
-            format!("/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token");
-        let answer: Value = serde_json::from_str(&self.kubectl_ok(&[
-            "create",
-            "--raw",
-            &path,
-            "-f",
-            &request.to_string_lossy(),
-        ]))
-        .expect("the TokenRequest answer is JSON");
-        answer["status"]["token"]
-            .as_str()
-            .expect("a token in the TokenRequest answer")
-            .to_owned()
+        kubectl::service_account_token(&self.dir, namespace, service_account, audiences, |args| {
+            Ok(self.kubectl_ok(args))
+        })
+        .unwrap_or_else(|e| panic!("a token of {namespace}/{service_account}: {e:#}"))
     }
 
     /// Creates the ServiceAccount `plugins/NAME` and, with `heartbeat_as`,

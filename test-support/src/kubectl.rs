@@ -71,3 +71,37 @@ pub(crate) fn spawn(kubeconfig: &Path, args: &[&str]) -> (Process, Lines) {
         "kubectl",
     )
 }
+
+/// A one-hour token of the ServiceAccount `namespace/name` for `audiences`
+/// (none: kube-apiserver's own), from the TokenRequest API: the request is
+/// written in `dir` and sent with `create_raw` (`kubectl create --raw PATH
+/// -f FILE` as the cluster's admin, returning its output).
+pub(crate) fn service_account_token(
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+    audiences: &[&str],
+    create_raw: impl FnOnce(&[&str]) -> anyhow::Result<String>,
+) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let request = dir.join("token-request.json");
+    let mut spec = serde_json::json!({"expirationSeconds": 3600});
+    if !audiences.is_empty() {
+        spec["audiences"] = serde_json::json!(audiences);
+    }
+    let body = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": spec,
+    });
+    std::fs::write(&request, body.to_string())
+        .with_context(|| format!("writing {}", request.display()))?;
+    let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token");
+    let answer = create_raw(&["create", "--raw", &path, "-f", &request.to_string_lossy()])?;
+    let answer: serde_json::Value =
+        serde_json::from_str(&answer).context("the TokenRequest's answer is not JSON")?;
+    answer["status"]["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no token in the TokenRequest's answer")
+}

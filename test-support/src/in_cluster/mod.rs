@@ -182,6 +182,15 @@ impl Node {
         Ok(())
     }
 
+    /// A one-hour token of the ServiceAccount `namespace/name`, for
+    /// kube-apiserver's own audience, from the TokenRequest API.
+    pub fn token(&self, namespace: &str, name: &str) -> Result<String> {
+        let dir = tempfile::tempdir().context("a directory for the TokenRequest")?;
+        crate::kubectl::service_account_token(dir.path(), namespace, name, &[], |args| {
+            self.kubectl(args)
+        })
+    }
+
     /// The Running, Ready pods of `selector` in `namespace`, with their
     /// processes and cgroups on this node, by name.
     pub fn pods(&self, namespace: &str, selector: &str) -> Result<Vec<Pod>> {

@@ -312,25 +312,7 @@ subjects:
 - {{kind: ServiceAccount, name: {TOKEN_CALLER}, namespace: plugins}}
 "
     ))?;
-    let request = tempfile::NamedTempFile::new().context("a file for the TokenRequest")?;
-    std::fs::write(
-        request.path(),
-        r#"{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}"#,
-    )
-    .context("writing the TokenRequest")?;
-    let path = format!("/api/v1/namespaces/plugins/serviceaccounts/{TOKEN_CALLER}/token");
-    let answer: Value = serde_json::from_str(&node.kubectl(&[
-        "create",
-        "--raw",
-        &path,
-        "-f",
-        &request.path().to_string_lossy(),
-    ])?)
-    .context("the TokenRequest's answer")?;
-    answer["status"]["token"]
-        .as_str()
-        .map(str::to_owned)
-        .context("no token in the TokenRequest's answer")
+    node.token("plugins", TOKEN_CALLER)
 }
 
 /// The ClusterIP of the Service `kplug-system/kplug`.
