@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,10 @@ PLUGINS_NS = "plugins"
 KPLUG_SELECTOR = "app.kubernetes.io/name=kplug"
 PLUGINS = ("database-table-postgresql-plugin", "database-table-mariadb-plugin")
 IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
+# The example's operator (operator.yaml).
+OPERATOR = "database-table-operator"
+OPERATOR_SELECTOR = f"app.kubernetes.io/name={OPERATOR}"
+OPERATOR_DEPLOYMENT = f"deployment/{OPERATOR}"
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
 HELLO_README = REPO / "examples" / "hello-rust" / "deploy" / "README.md"
 DEPLOY_GUIDE = REPO / "docs" / "src" / "guides" / "deploy.md"
@@ -128,6 +133,34 @@ def install(cluster: Cluster, work: Path, db_passwords: Mapping[str, str] | None
         plugin_steps = replace_in_line(plugin_steps, f":PASSWORD@{host}:", "PASSWORD", password)
     run_script(cluster, work, plugin_steps, "the DatabaseTable example's installation")
     return installed
+
+
+def kplug_audit_lines(cluster: Cluster, wanted: Callable[[dict], bool]) -> list[dict]:
+    """kplug's audit lines (its pods' stdout, both replicas) that ``wanted`` accepts."""
+    found = []
+    for pod in cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR):
+        for line in cluster.kubectl("-n", KPLUG_NS, "logs", pod["metadata"]["name"]).splitlines():
+            if line.startswith("{") and '"objectRef"' in line and wanted(event := json.loads(line)):
+                found.append(event)
+    return found
+
+
+DIRECT_COMPONENT = "../examples/database-table/deploy/components/direct-to-kplug"
+
+
+def operator_straight_to_kplug(installed: Installed) -> None:
+    """The example's operator sending its reconciles straight to kplug's Service, by the block of the example's
+    README, "Straight to kplug", with the Kubernetes 1.20 Component listed after its own, as the README says."""
+    steps = shell_blocks(EXAMPLE_README, "Straight to kplug")[0]
+    steps = replace_in_line(steps, "components: [", DIRECT_COMPONENT, f"{DIRECT_COMPONENT}, ../deploy/components/kubernetes-1.20")
+    run_script(installed.cluster, installed.work, steps, "the example operator straight to kplug")
+
+
+def operator_through_kube_apiserver(installed: Installed) -> None:
+    """The example's operator back to its installation: the 1.20 overlay of :func:`install` applied again."""
+    (example_on_1_20,) = shell_blocks(EXAMPLE_README, "Kubernetes 1.20")
+    steps = f"{example_on_1_20}kubectl -n {PLUGINS_NS} rollout status {OPERATOR_DEPLOYMENT} --timeout=3m\n"
+    run_script(installed.cluster, installed.work, steps, "the example operator through kube-apiserver")
 
 
 def install_kplug(cluster: Cluster, work: Path, images: tuple[str, ...]) -> Installed:

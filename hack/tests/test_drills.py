@@ -32,6 +32,12 @@ The drills take about 9 minutes on 2 cores, plus the cluster's and the
 install's 2.5 when they run alone:
 
     flock /run/lock/kplug-cluster-dev.lock ~/.cache/kplug/venv/bin/pytest hack/tests/test_drills.py
+
+The operator sends its reconciles through kube-apiserver, as installed. With
+``KPLUG_DRILLS_OPERATOR_ROUTE=kplug`` it sends them straight to kplug's
+Service for the drills (the example README's "Straight to kplug"); then
+kube-apiserver's audit log must see none of them and the operator's
+metrics count them. The suite runs the first; the second is run by hand.
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ import pytest
 from drills import (
     NO_EXCESS,
     NO_MISSING,
+    OPERATOR_ROUTE,
     REPORT,
+    ROUTES,
     Drills,
     Phase,
     assert_clean,
@@ -67,7 +75,19 @@ from drills import (
     settled_pods,
     whole,
 )
-from install import DATABASE_IMAGES, DATABASE_PASSWORDS, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed, install_databases, run_script
+from install import (
+    DATABASE_IMAGES,
+    DATABASE_PASSWORDS,
+    KPLUG_NS,
+    KPLUG_SELECTOR,
+    PLUGINS,
+    PLUGINS_NS,
+    Installed,
+    install_databases,
+    operator_straight_to_kplug,
+    operator_through_kube_apiserver,
+    run_script,
+)
 from kubecluster import REPO, Cluster, wait_for
 from load import NAMESPACE, OperatorMetrics
 from plugin_tls import ca_name, handshake, plugin_ca_line, pods_logging
@@ -164,11 +184,15 @@ def draw_timelines(report: Path) -> Path:
 @pytest.fixture(scope="module")
 def drills(databases: Installed, request: pytest.FixtureRequest) -> Iterator[Drills]:
     cluster = databases.cluster
+    assert OPERATOR_ROUTE in ROUTES, f"KPLUG_DRILLS_OPERATOR_ROUTE={OPERATOR_ROUTE}: expected one of {ROUTES}"
+    if OPERATOR_ROUTE == "kplug":
+        operator_straight_to_kplug(databases)
     metrics = operator_metrics(cluster)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
     report: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "commit": commit,
+        "operator_route": OPERATOR_ROUTE,
         "images": running_images(cluster),
         "phases": {},
     }
@@ -190,6 +214,8 @@ def drills(databases: Installed, request: pytest.FixtureRequest) -> Iterator[Dri
         show(f"\n=== the drills took {report['drills_took_s']} s; figures in {REPORT}, each phase's requests drawn in {plots}/ ===")
     finally:
         # The next tests find the cluster as installed.
+        if OPERATOR_ROUTE == "kplug":
+            operator_through_kube_apiserver(databases)
         whole(databases)
 
 

@@ -9,8 +9,23 @@ import os
 import subprocess
 from pathlib import Path
 
-from install import APISERVICE, KPLUG_NS, KPLUG_SELECTOR, PLUGINS, PLUGINS_NS, Installed, run_script
+import pytest
+from install import (
+    APISERVICE,
+    KPLUG_NS,
+    KPLUG_SELECTOR,
+    OPERATOR_DEPLOYMENT,
+    OPERATOR_SELECTOR,
+    PLUGINS,
+    PLUGINS_NS,
+    Installed,
+    kplug_audit_lines,
+    operator_straight_to_kplug,
+    operator_through_kube_apiserver,
+    run_script,
+)
 from kubecluster import REPO, wait_for
+from load import OPERATOR_USER
 from readme import replace_in_line, shell_blocks
 
 
@@ -189,3 +204,59 @@ def test_a_plugin_installed_by_the_install_a_plugin_pages_two_lines(installed: I
         return "hello" not in cluster.kubectl("get", "plugins", "-o", "name").replace("plugin.plugins.kplug.io/", "").split()
 
     wait_for("plugin hello gone from the registry", gone, timeout=120)
+
+
+@pytest.mark.adds_to_the_installation
+def test_the_example_operator_straight_to_kplug_delegates_past_kube_apiserver(installed: Installed) -> None:
+    """The example README's "Straight to kplug" overlay: the operator's pods run with ``--kplug-url`` and kplug's
+    trust ConfigMap, a new DatabaseTable gets its plugin's answer, kplug's audit log has the operator's reconcile
+    of it, and kube-apiserver's has the operator's status write for it and no reconcile. The example's overlay
+    applied again takes the operator back through kube-apiserver."""
+    cluster = installed.cluster
+    namespace, name = "straight", "direct"
+    cluster.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n")
+    operator_straight_to_kplug(installed)
+    try:
+
+        def only_direct_pods() -> bool:
+            pods = cluster.kubectl_json("-n", PLUGINS_NS, "get", "pods", "-l", OPERATOR_SELECTOR)["items"]
+            return bool(pods) and all("--kplug-url=https://kplug.kplug-system.svc" in p["spec"]["containers"][0]["args"] for p in pods)
+
+        # Not even a terminating replica of before may delegate the object through kube-apiserver.
+        wait_for("only operator pods with --kplug-url", only_direct_pods, timeout=120)
+        offset = cluster.audit_offset()
+        cluster.apply(
+            f"""apiVersion: myorg.org/v1alpha1
+kind: DatabaseTable
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{name: id, type: uint64}}]}}
+"""
+        )
+        # No database here: the plugin answers with its failure, which the operator writes back all the same.
+        answered = wait_for(
+            "the plugin's answer in the DatabaseTable",
+            lambda: (t := cluster.kubectl_json("-n", namespace, "get", "databasetable", name)).get("status", {}).get("plugin", {}).get("name") in PLUGINS and t,
+            120,
+        )
+        assert any(c["type"] == "Ready" for c in answered["status"]["conditions"]), answered["status"]
+        [reconciled, *_] = wait_for(
+            "kplug's audit line of the operator's reconcile",
+            lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == OPERATOR_USER and e["objectRef"].get("name") == name) or None,
+            30,
+        )
+        assert reconciled["code"] == 201 and reconciled["objectRef"]["namespace"] == namespace, reconciled
+        events, _ = cluster.audit_events(offset)
+        by_operator = [e for e in events if e.get("user", {}).get("username") == OPERATOR_USER and e.get("stage") == "ResponseComplete"]
+        status_writes = [e for e in by_operator if e["objectRef"].get("subresource") == "status" and e["objectRef"].get("name") == name]
+        through = [e for e in by_operator if e["objectRef"].get("apiGroup") == "plugins.kplug.io"]
+        assert status_writes, f"kube-apiserver's audit log has no status write of {namespace}/{name} by the operator"
+        assert not through, f"the operator's reconciles went through kube-apiserver: {[e['objectRef'] for e in through]}"
+    finally:
+        if cluster.kubectl("-n", namespace, "get", "databasetable", name, "--ignore-not-found", "-o", "name"):
+            # With no database here the plugin cannot drop the table: the object goes without its Finalize.
+            cluster.kubectl("-n", namespace, "patch", "databasetable", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+            cluster.kubectl("-n", namespace, "delete", "databasetable", name, "--ignore-not-found", "--wait=true")
+        operator_through_kube_apiserver(installed)
+    template = cluster.kubectl_json("-n", PLUGINS_NS, "get", OPERATOR_DEPLOYMENT)["spec"]["template"]["spec"]
+    assert not any(a.startswith("--kplug-") for a in template["containers"][0]["args"]), template["containers"][0]["args"]
+    assert "volumes" not in template, template["volumes"]

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
 
 import pytest
-from install import KPLUG_NS, KPLUG_SELECTOR, PLUGINS, Installed
+from install import PLUGINS, Installed, kplug_audit_lines
 from kubecluster import Cluster, wait_for
 
 INTRUDER = "system:serviceaccount:team-b:intruder"
@@ -105,16 +104,6 @@ def reconcile_as(cluster: Cluster, who: str, body: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def audit_lines(cluster: Cluster, wanted: Callable[[dict], bool]) -> list[dict]:
-    """kplug's audit lines (its pods' stdout, both replicas) that ``wanted`` accepts."""
-    found = []
-    for pod in cluster.ready_pods(KPLUG_NS, KPLUG_SELECTOR):
-        for line in cluster.kubectl("-n", KPLUG_NS, "logs", pod["metadata"]["name"]).splitlines():
-            if line.startswith("{") and '"objectRef"' in line and wanted(event := json.loads(line)):
-                found.append(event)
-    return found
-
-
 def test_a_forged_finalize_is_refused_before_the_plugin_and_audited(installed: Installed) -> None:
     cluster = installed.cluster
     cluster.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n")
@@ -133,7 +122,7 @@ def test_a_forged_finalize_is_refused_before_the_plugin_and_audited(installed: I
     # No plugin was called for it, and kplug's audit log says who tried what.
     [event] = wait_for(
         "the refusal's audit line",
-        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == INTRUDER and e["code"] == 403) or None,
+        lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == INTRUDER and e["code"] == 403) or None,
         30,
     )
     assert event["operation"] == "Finalize" and event["outcome"] == "Forbidden", event
@@ -160,7 +149,7 @@ subjects: [{{kind: User, name: "{INTRUDER}"}}]
     assert answer["status"]["plugin"]["name"] == PLUGIN, answer
     [event] = wait_for(
         "the call's audit line",
-        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == INTRUDER and e["code"] == 201) or None,
+        lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == INTRUDER and e["code"] == 201) or None,
         30,
     )
     assert event["instance"] == answer["status"]["plugin"]["instance"] and event["operationId"] == answer["status"]["operationId"], (event, answer)
@@ -195,7 +184,7 @@ def test_an_identity_bound_in_its_namespace_reconciles_there_and_nowhere_else(in
     assert 'spec.object.metadata.namespace: Invalid value: "team-b": must be "team-a", the namespace of the request' in smuggled.stderr, smuggled.stderr
     [event] = wait_for(
         "the refusal's audit line",
-        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_A_OPERATOR and e["code"] == 422) or None,
+        lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_A_OPERATOR and e["code"] == 422) or None,
         30,
     )
     assert event["objectRef"]["namespace"] == "team-b" and event["operationId"] == "" and event["instance"] == "", event
@@ -237,7 +226,7 @@ def test_a_reconcile_by_reference_sends_the_stored_object_and_a_missing_one_is_4
     assert 'databasetables.myorg.org "absent" not found' in missing.stderr, missing.stderr
     [event] = wait_for(
         "the 404's audit line",
-        lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_C_READER and e["code"] == 404) or None,
+        lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_C_READER and e["code"] == 404) or None,
         30,
     )
     assert event["objectRef"] == {"apiVersion": "myorg.org/v1alpha1", "kind": "DatabaseTable", "namespace": "team-c", "name": "absent"}, event
@@ -337,7 +326,7 @@ def test_a_zero_code_operator_bound_in_its_namespace_delegates_its_objects_and_n
         assert "myorg.org/database-table" in ours["metadata"]["finalizers"], ours["metadata"]
         [event, *_] = wait_for(
             "the operator's audit line",
-            lambda: audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_D_OPERATOR and e["code"] == 201) or None,
+            lambda: kplug_audit_lines(cluster, lambda e: e["user"]["username"] == TEAM_D_OPERATOR and e["code"] == 201) or None,
             30,
         )
         assert event["objectRef"]["namespace"] == OPERATOR_NS and event["objectRef"]["name"] == "ours", event
