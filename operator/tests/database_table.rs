@@ -236,6 +236,25 @@ fn the_operator_delegates_database_tables_on_a_real_control_plane() {
 
     // Its retries repeated one Warning, counted in that Event's series; a
     // changed message for the same reason is a new Event beside it.
+    wait_until(
+        "the retries counted in the series of broken's Warning",
+        Duration::from_secs(30),
+        || {
+            let list = world.get_json(&["events.v1.events.k8s.io", "-n", "default"])?;
+            let counts: Vec<i64> = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    e["regarding"]["name"] == "broken" && e["reason"] == "UnknownColumnType"
+                })
+                .map(|e| e["series"]["count"].as_i64().unwrap_or(1))
+                .collect();
+            (counts.len() == 1 && counts[0] >= 2)
+                .then_some(())
+                .ok_or_else(|| format!("series counts {counts:?}"))
+        },
+    );
     world.cluster.apply(&table_yaml(
         "broken",
         "PostgreSQL",

@@ -1,28 +1,37 @@
 //! Events as kubectl shows them: the same Event again (object, type,
 //! reason, action and note) continues one Event's series, and a changed
-//! note is a new Event. kube-rs's `Recorder` keys its series without the
-//! note (kube-runtime 5.0's `EventKey`), so a changed note would only bump
-//! the count of an Event that still shows the first one. Here each object,
-//! type, reason and action keeps the note it last published and a
-//! `Recorder` of its own, replaced when the note changes.
+//! note is a new Event.
+//!
+//! kube-rs's `Recorder` does not fit: it keys its series without the note
+//! (kube-runtime 5.0's `EventKey`), so a changed note would only bump the
+//! count of an Event that still shows the first one; and it keeps every
+//! Event it published whole for its six minutes. One `Recorder` per series,
+//! the way round the first, kept a client, a map and a whole Event for
+//! every object. Here a series keeps what its next repeat needs: its note,
+//! its Event's name and its count.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Reporter};
 use parking_lot::Mutex;
+use serde_json::json;
 
-/// kube-rs ends a series after six minutes without a repeat; a note older
-/// than that is forgotten too.
+/// A series ends after six minutes without a repeat, as kube-rs's and
+/// client-go's do; its next Event is a new one.
 const FORGET_AFTER: Duration = Duration::from_secs(6 * 60);
 
 /// The Events of one operator.
 pub struct Events {
     client: Client,
     reporter: Reporter,
-    last: Mutex<Notes<Recorder>>,
+    series: Mutex<Series>,
 }
 
 impl Events {
@@ -30,7 +39,7 @@ impl Events {
         Self {
             client,
             reporter,
-            last: Mutex::new(Notes::default()),
+            series: Mutex::default(),
         }
     }
 
@@ -42,14 +51,83 @@ impl Events {
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
         let key = Key::new(event, regarding);
-        let note = event.note.clone().unwrap_or_default();
-        let recorder = {
-            let mut last = self.last.lock();
-            last.recorder(key, note, Instant::now(), || {
-                Recorder::new(self.client.clone(), self.reporter.clone())
-            })
+        let note = event.note.as_deref().unwrap_or_default();
+        let now = Timestamp::now();
+        // Cluster-scoped objects' Events go to `default`, as kube-rs's do.
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let next = {
+            let object = regarding
+                .name
+                .as_deref()
+                .unwrap_or(&self.reporter.controller);
+            let fresh_name = || format!("{object}.{:x}", now.as_nanosecond());
+            self.series
+                .lock()
+                .next(&key, note, Instant::now(), fresh_name)
         };
-        recorder.publish(event, regarding).await
+        let written = match &next {
+            Next::New { name } => {
+                let created = self.new_event(event, regarding, name, namespace, now);
+                api.create(&PostParams::default(), &created).await.map(drop)
+            }
+            Next::Repeat { name, count } => {
+                let series = EventSeries {
+                    count: *count,
+                    last_observed_time: MicroTime(now),
+                };
+                let patch = Patch::Merge(json!({ "series": series }));
+                api.patch(name, &PatchParams::default(), &patch)
+                    .await
+                    .map(drop)
+            }
+        };
+        if written.is_err() {
+            // Not written, or its Event is gone: the next one starts anew.
+            self.series.lock().forget(&key);
+        }
+        written
+    }
+
+    /// The first Event of a series, with the fields kube-rs's `Recorder`
+    /// fills.
+    fn new_event(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+        name: &str,
+        namespace: &str,
+        now: Timestamp,
+    ) -> K8sEvent {
+        let controller = &self.reporter.controller;
+        K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            related: event.secondary.clone(),
+            reporting_controller: Some(controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| controller.clone()),
+            ),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            ..K8sEvent::default()
+        }
     }
 }
 
@@ -83,38 +161,66 @@ impl Key {
     }
 }
 
-/// The last note of each key, with what publishes its series (`R`: a
-/// `Recorder`; anything in the tests).
-struct Notes<R> {
-    last: HashMap<Key, (String, R, Instant)>,
+/// What to write for an Event.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// A new Event of this name.
+    New { name: String },
+    /// The `count`th of the series of Event `name`.
+    Repeat { name: String, count: i32 },
 }
 
-impl<R> Default for Notes<R> {
-    fn default() -> Self {
-        Self {
-            last: HashMap::new(),
+/// The open series, by key: the last note, its Event and how many times it
+/// was published.
+#[derive(Default)]
+struct Series {
+    open: HashMap<Key, Last>,
+}
+
+struct Last {
+    note: String,
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+impl Series {
+    /// What publishing `note` under `key` at `now` writes, recorded as
+    /// written (see [`Series::forget`]). Series unused for
+    /// [`FORGET_AFTER`] end.
+    fn next(
+        &mut self,
+        key: &Key,
+        note: &str,
+        now: Instant,
+        fresh_name: impl FnOnce() -> String,
+    ) -> Next {
+        self.open
+            .retain(|_, last| now.saturating_duration_since(last.at) < FORGET_AFTER);
+        if let Some(last) = self.open.get_mut(key)
+            && last.note == note
+        {
+            last.count = last.count.saturating_add(1);
+            last.at = now;
+            return Next::Repeat {
+                name: last.name.clone(),
+                count: last.count,
+            };
         }
+        let name = fresh_name();
+        let last = Last {
+            note: note.to_owned(),
+            name: name.clone(),
+            count: 1,
+            at: now,
+        };
+        self.open.insert(key.clone(), last);
+        Next::New { name }
     }
-}
 
-impl<R: Clone> Notes<R> {
-    /// The publisher for `note` under `key`: the last one if its note is
-    /// the same, else a new one from `fresh`. Forgets keys unused for
-    /// [`FORGET_AFTER`].
-    fn recorder(&mut self, key: Key, note: String, now: Instant, fresh: impl FnOnce() -> R) -> R {
-        self.last
-            .retain(|_, (_, _, at)| now.saturating_duration_since(*at) < FORGET_AFTER);
-        match self.last.get_mut(&key) {
-            Some((last_note, recorder, at)) if *last_note == note => {
-                *at = now;
-                recorder.clone()
-            }
-            _ => {
-                let recorder = fresh();
-                self.last.insert(key, (note, recorder.clone(), now));
-                recorder
-            }
-        }
+    /// Ends `key`'s series: what [`Series::next`] planned was not written.
+    fn forget(&mut self, key: &Key) {
+        self.open.remove(key);
     }
 }
 
@@ -136,41 +242,79 @@ mod tests {
         }
     }
 
+    fn new(name: &str) -> Next {
+        Next::New { name: name.into() }
+    }
+
+    fn repeat(name: &str, count: i32) -> Next {
+        Next::Repeat {
+            name: name.into(),
+            count,
+        }
+    }
+
     #[test]
     fn the_same_note_continues_a_series_and_a_new_note_starts_one() {
-        let mut notes = Notes::default();
+        let mut series = Series::default();
         let mut made = 0;
         let start = Instant::now();
-        let mut publisher = |note: &str, reason: &str, after: u64| {
-            notes.recorder(
-                key(reason),
-                note.to_owned(),
+        let mut publish = |note: &str, reason: &str, after: u64| {
+            series.next(
+                &key(reason),
+                note,
                 start + Duration::from_secs(after),
                 || {
                     made += 1;
-                    made
+                    format!("a.{made}")
                 },
             )
         };
-        assert_eq!(publisher("3 files", "Provisioned", 0), 1);
+        assert_eq!(publish("3 files", "Provisioned", 0), new("a.1"));
         assert_eq!(
-            publisher("3 files", "Provisioned", 1),
-            1,
+            publish("3 files", "Provisioned", 1),
+            repeat("a.1", 2),
             "a repeat: its series"
         );
+        assert_eq!(publish("3 files", "Provisioned", 2), repeat("a.1", 3));
         assert_eq!(
-            publisher("2 files", "Provisioned", 2),
-            2,
+            publish("2 files", "Provisioned", 3),
+            new("a.2"),
             "a new note: a new Event"
         );
-        assert_eq!(publisher("2 files", "Provisioned", 3), 2);
-        assert_eq!(publisher("2 files", "Failed", 4), 3, "another reason");
+        assert_eq!(publish("2 files", "Provisioned", 4), repeat("a.2", 2));
         assert_eq!(
-            publisher("3 files", "Provisioned", 5),
-            4,
+            publish("2 files", "Failed", 5),
+            new("a.3"),
+            "another reason"
+        );
+        assert_eq!(
+            publish("3 files", "Provisioned", 6),
+            new("a.4"),
             "back to the first note: new"
         );
-        // Unused for six minutes: forgotten, as kube-rs forgets the series.
-        assert_eq!(publisher("3 files", "Provisioned", 5 + 6 * 60), 5);
+        // Unused for six minutes: a new Event, as kube-rs ends the series.
+        assert_eq!(publish("3 files", "Provisioned", 6 + 6 * 60), new("a.5"));
+    }
+
+    #[test]
+    fn what_was_not_written_starts_anew() {
+        let mut series = Series::default();
+        let now = Instant::now();
+        let planned = series.next(&key("Provisioned"), "done", now, || "a.1".into());
+        assert_eq!(planned, new("a.1"));
+        series.forget(&key("Provisioned"));
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", now, || "a.2".into()),
+            new("a.2")
+        );
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", now, || "a.3".into()),
+            repeat("a.2", 2)
+        );
+        series.forget(&key("Provisioned"));
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", now, || "a.4".into()),
+            new("a.4")
+        );
     }
 }
