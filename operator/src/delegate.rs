@@ -14,6 +14,7 @@ use kube::Client;
 use kube::api::DynamicObject;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::debug;
 
 use crate::config::ChildScope;
 
@@ -305,24 +306,58 @@ impl Delegator {
         &self,
         delegation: &Delegation<'_>,
     ) -> Result<ReconcileStatus, DelegateError> {
-        match (delegate(&self.client, delegation).await, &self.direct) {
-            // No HTTP answer from kplug itself: as kube-apiserver's 503
-            // when it cannot reach kplug.
-            (Err(DelegateError::Transport(error)), Some(url)) if is_unanswered(&error) => {
-                Err(DelegateError::Unreachable(format!(
-                    "kplug could not be reached at {url}: {}",
-                    crate::words::kube_error(&error)
-                )))
+        let Some(url) = &self.direct else {
+            return delegate(&self.client, delegation).await;
+        };
+        let mut tries = 1;
+        loop {
+            match delegate(&self.client, delegation).await {
+                Err(DelegateError::Transport(error))
+                    if is_refused(&error) && tries < REFUSED_CONNECTION_TRIES =>
+                {
+                    tries += 1;
+                    debug!(%url, tries, "kplug refused the connection; trying a new one");
+                }
+                // No HTTP answer from kplug itself: as kube-apiserver's 503
+                // when it cannot reach kplug.
+                Err(DelegateError::Transport(error)) if is_unanswered(&error) => {
+                    return Err(DelegateError::Unreachable(format!(
+                        "kplug could not be reached at {url}: {}",
+                        crate::words::kube_error(&error)
+                    )));
+                }
+                answer => return answer,
             }
-            (answer, _) => answer,
         }
     }
 }
+
+/// On the direct path, how many connections one delegation tries while
+/// kplug's Service refuses them. kube-proxy sends each new connection to
+/// one of kplug's endpoints; a replica that died before its endpoint was
+/// removed refuses it, and another may take the next. A refused connection
+/// carried no request, so trying again cannot reconcile twice.
+const REFUSED_CONNECTION_TRIES: u32 = 3;
 
 /// Whether the request got no HTTP answer (the connection was refused,
 /// broke or timed out), rather than an answer the client could not use.
 fn is_unanswered(error: &kube::Error) -> bool {
     matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
+}
+
+/// Whether the connection was refused, so that no request was sent.
+fn is_refused(error: &kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Sends one delegation with `client` and returns the plugin's answer.
@@ -368,6 +403,43 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The error of a GET to `url` with a client as the direct path's.
+    async fn error_at(url: &str) -> kube::Error {
+        let mut config = kube::Config::new(url.parse().expect("URL"));
+        config.accept_invalid_certs = true;
+        let client = Client::try_from(config).expect("client");
+        let request = Request::get("/version").body(Vec::new()).expect("request");
+        client
+            .request_text(request)
+            .await
+            .expect_err("no server to answer")
+    }
+
+    #[tokio::test]
+    async fn only_a_refused_connection_is_tried_again() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = closed.local_addr().expect("address").port();
+        drop(closed);
+        let refused = error_at(&format!("https://127.0.0.1:{port}")).await;
+        assert!(is_refused(&refused), "{refused:?}");
+        assert!(is_unanswered(&refused));
+
+        // A server that takes the connection and closes it: the request may
+        // have reached it.
+        let hangs_up = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = hangs_up.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            while let Ok((connection, _)) = hangs_up.accept().await {
+                drop(connection);
+            }
+        });
+        let closed = error_at(&format!("https://127.0.0.1:{port}")).await;
+        assert!(!is_refused(&closed), "{closed:?}");
+        assert!(is_unanswered(&closed), "{closed:?}");
+    }
 
     #[test]
     fn reconciles_are_created_in_the_objects_namespace() {
