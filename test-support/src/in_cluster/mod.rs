@@ -288,8 +288,10 @@ pub const WIDGETS: WidgetsOperator = WidgetsOperator {
 /// plugin with `hack/tests/install.py --example hello` in `work` (with
 /// `kplug_binary` making the certificates) unless kplug is installed from
 /// `work` already; has the plugin serve the Widgets of [`WIDGETS`] and log
-/// only warnings; applies their CRD and operator; and waits until every
-/// kplug replica has the plugin Ready with both of its current pods.
+/// only warnings; applies their CRD and operator; restarts the Deployments
+/// whose pods run another build than the tree's (`roll_stale_pods`); and
+/// waits until every kplug replica has the plugin Ready with both of its
+/// current pods.
 pub fn prepare(node: &Node, kplug_binary: &Path, work: &Path) -> Result<Installation> {
     let operator = &WIDGETS;
     let images = Command::new(repo_root().join("hack/images.sh"))
