@@ -46,6 +46,8 @@ IMAGES = ("kplug-apiserver", "kplug-operator", *PLUGINS)
 OPERATOR = "database-table-operator"
 OPERATOR_SELECTOR = f"app.kubernetes.io/name={OPERATOR}"
 OPERATOR_DEPLOYMENT = f"deployment/{OPERATOR}"
+# The example's Component that sends the operator's reconciles straight to kplug, from an overlay beside the clone.
+DIRECT_COMPONENT = "../examples/database-table/deploy/components/direct-to-kplug"
 EXAMPLE_README = REPO / "examples" / "database-table" / "deploy" / "README.md"
 HELLO_README = REPO / "examples" / "hello-rust" / "deploy" / "README.md"
 DEPLOY_GUIDE = REPO / "docs" / "src" / "guides" / "deploy.md"
@@ -143,9 +145,6 @@ def kplug_audit_lines(cluster: Cluster, wanted: Callable[[dict], bool]) -> list[
             if line.startswith("{") and '"objectRef"' in line and wanted(event := json.loads(line)):
                 found.append(event)
     return found
-
-
-DIRECT_COMPONENT = "../examples/database-table/deploy/components/direct-to-kplug"
 
 
 def operator_straight_to_kplug(installed: Installed) -> None:

@@ -347,17 +347,12 @@ fn is_unanswered(error: &kube::Error) -> bool {
 
 /// Whether the connection was refused, so that no request was sent.
 fn is_refused(error: &kube::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = cause {
-        if error
+    let first: &(dyn std::error::Error + 'static) = error;
+    std::iter::successors(Some(first), |cause| cause.source()).any(|cause| {
+        cause
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
+    })
 }
 
 /// Sends one delegation with `client` and returns the plugin's answer.
