@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubecluster import REPO, Cluster, cluster_sh
+from kubecluster import REPO, Cluster, cluster_sh, wait_for
 from readme import replace_in_line, replace_line, shell_blocks, up_to_line
 
 APISERVICE = "v1alpha1.plugins.kplug.io"
@@ -145,6 +145,32 @@ def kplug_audit_lines(cluster: Cluster, wanted: Callable[[dict], bool]) -> list[
             if line.startswith("{") and '"objectRef"' in line and wanted(event := json.loads(line)):
                 found.append(event)
     return found
+
+
+def table_without_database(namespace: str, name: str) -> str:
+    """A DatabaseTable of a server that exists nowhere: the plugin answers it with its failure."""
+    return f"""apiVersion: myorg.org/v1alpha1
+kind: DatabaseTable
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{name: id, type: uint64}}]}}
+"""
+
+
+def wait_plugin_answer(cluster: Cluster, namespace: str, name: str, what: str) -> dict:
+    """The DatabaseTable once the operator has written a plugin's answer into its status."""
+    return wait_for(
+        what,
+        lambda: (t := cluster.kubectl_json("-n", namespace, "get", "databasetable", name)).get("status", {}).get("plugin", {}).get("name") in PLUGINS and t,
+        120,
+    )
+
+
+def delete_without_finalize(cluster: Cluster, namespace: str, name: str) -> None:
+    """Deletes a DatabaseTable of :func:`table_without_database`, if it is there: with no database the plugin cannot
+    drop the table, so the object goes without its Finalize."""
+    if cluster.kubectl("-n", namespace, "get", "databasetable", name, "--ignore-not-found", "-o", "name"):
+        cluster.kubectl("-n", namespace, "patch", "databasetable", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        cluster.kubectl("-n", namespace, "delete", "databasetable", name, "--ignore-not-found", "--wait=true")
 
 
 def operator_straight_to_kplug(installed: Installed) -> None:

@@ -19,10 +19,13 @@ from install import (
     PLUGINS,
     PLUGINS_NS,
     Installed,
+    delete_without_finalize,
     kplug_audit_lines,
     operator_straight_to_kplug,
     operator_through_kube_apiserver,
     run_script,
+    table_without_database,
+    wait_plugin_answer,
 )
 from kubecluster import REPO, wait_for
 from load import OPERATOR_USER
@@ -225,19 +228,9 @@ def test_the_example_operator_straight_to_kplug_delegates_past_kube_apiserver(in
         # Not even a terminating replica of before may delegate the object through kube-apiserver.
         wait_for("only operator pods with --kplug-url", only_direct_pods, timeout=120)
         offset = cluster.audit_offset()
-        cluster.apply(
-            f"""apiVersion: myorg.org/v1alpha1
-kind: DatabaseTable
-metadata: {{name: {name}, namespace: {namespace}}}
-spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{name: id, type: uint64}}]}}
-"""
-        )
+        cluster.apply(table_without_database(namespace, name))
         # No database here: the plugin answers with its failure, which the operator writes back all the same.
-        answered = wait_for(
-            "the plugin's answer in the DatabaseTable",
-            lambda: (t := cluster.kubectl_json("-n", namespace, "get", "databasetable", name)).get("status", {}).get("plugin", {}).get("name") in PLUGINS and t,
-            120,
-        )
+        answered = wait_plugin_answer(cluster, namespace, name, "the plugin's answer in the DatabaseTable")
         assert any(c["type"] == "Ready" for c in answered["status"]["conditions"]), answered["status"]
         [reconciled, *_] = wait_for(
             "kplug's audit line of the operator's reconcile",
@@ -252,10 +245,7 @@ spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{na
         assert status_writes, f"kube-apiserver's audit log has no status write of {namespace}/{name} by the operator"
         assert not through, f"the operator's reconciles went through kube-apiserver: {[e['objectRef'] for e in through]}"
     finally:
-        if cluster.kubectl("-n", namespace, "get", "databasetable", name, "--ignore-not-found", "-o", "name"):
-            # With no database here the plugin cannot drop the table: the object goes without its Finalize.
-            cluster.kubectl("-n", namespace, "patch", "databasetable", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-            cluster.kubectl("-n", namespace, "delete", "databasetable", name, "--ignore-not-found", "--wait=true")
+        delete_without_finalize(cluster, namespace, name)
         operator_through_kube_apiserver(installed)
     template = cluster.kubectl_json("-n", PLUGINS_NS, "get", OPERATOR_DEPLOYMENT)["spec"]["template"]["spec"]
     assert not any(a.startswith("--kplug-") for a in template["containers"][0]["args"]), template["containers"][0]["args"]

@@ -13,7 +13,7 @@ import json
 import subprocess
 
 import pytest
-from install import PLUGINS, Installed, kplug_audit_lines
+from install import PLUGINS, Installed, delete_without_finalize, kplug_audit_lines, table_without_database, wait_plugin_answer
 from kubecluster import Cluster, wait_for
 
 INTRUDER = "system:serviceaccount:team-b:intruder"
@@ -211,7 +211,7 @@ def test_a_reconcile_by_reference_sends_the_stored_object_and_a_missing_one_is_4
     the caller may read it; the namespace is the request's, so a name alone is enough."""
     cluster = installed.cluster
     cluster.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-c}\n")
-    cluster.apply(table("team-c", "stored"))
+    cluster.apply(table_without_database("team-c", "stored"))
     cluster.apply(reader_in("team-c", TEAM_C_READER))
     done = created_as(cluster, TEAM_C_READER, "team-c", by_reference("stored"), "the reconcile by reference")
     answer = json.loads(done.stdout)
@@ -293,14 +293,6 @@ spec:
 """
 
 
-def table(namespace: str, name: str) -> str:
-    return f"""apiVersion: myorg.org/v1alpha1
-kind: DatabaseTable
-metadata: {{name: {name}, namespace: {namespace}}}
-spec: {{serverName: nowhere, preferredImplementation: PostgreSQL, columns: [{{name: id, type: uint64}}]}}
-"""
-
-
 @pytest.mark.adds_to_the_installation
 def test_a_zero_code_operator_bound_in_its_namespace_delegates_its_objects_and_nothing_else(installed: Installed) -> None:
     """The example's cluster-wide operator is scaled to zero meanwhile, so that only the namespaced one acts."""
@@ -313,15 +305,11 @@ def test_a_zero_code_operator_bound_in_its_namespace_delegates_its_objects_and_n
         for other in (OPERATOR_NS, "team-e"):
             cluster.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {other}}}\n")
         cluster.apply(namespaced_operator(OPERATOR_NS))
-        cluster.apply(table(OPERATOR_NS, "ours"))
-        cluster.apply(table("team-e", "theirs"))
+        cluster.apply(table_without_database(OPERATOR_NS, "ours"))
+        cluster.apply(table_without_database("team-e", "theirs"))
 
         # The operator delegated its object through kube-apiserver and kplug, and wrote the plugin's answer back.
-        ours = wait_for(
-            "the plugin's answer in team-d's DatabaseTable",
-            lambda: (t := cluster.kubectl_json("-n", OPERATOR_NS, "get", "databasetable", "ours")).get("status", {}).get("plugin", {}).get("name") in PLUGINS and t,
-            120,
-        )
+        ours = wait_plugin_answer(cluster, OPERATOR_NS, "ours", "the plugin's answer in team-d's DatabaseTable")
         assert any(c["type"] == "Ready" for c in ours["status"]["conditions"]), ours["status"]
         assert "myorg.org/database-table" in ours["metadata"]["finalizers"], ours["metadata"]
         [event, *_] = wait_for(
@@ -339,10 +327,7 @@ def test_a_zero_code_operator_bound_in_its_namespace_delegates_its_objects_and_n
         assert f'User "{TEAM_D_OPERATOR}" cannot create resource "reconciles"' in refused.stderr, refused.stderr
     finally:
         cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", input=namespaced_operator(OPERATOR_NS))
-        # With no database here the plugin cannot drop the table: let the objects go without their Finalize.
         for where, table_name in ((OPERATOR_NS, "ours"), ("team-e", "theirs")):
-            if cluster.kubectl("-n", where, "get", "databasetable", table_name, "--ignore-not-found", "-o", "name"):
-                cluster.kubectl("-n", where, "patch", "databasetable", table_name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-                cluster.kubectl("-n", where, "delete", "databasetable", table_name, "--ignore-not-found", "--wait=true")
+            delete_without_finalize(cluster, where, table_name)
         cluster.kubectl("-n", namespace, "scale", "deployment", name, "--replicas=2")
         cluster.kubectl("-n", namespace, "rollout", "status", "deployment", name, "--timeout=120s", timeout=150)

@@ -26,6 +26,8 @@ use serde_json::json;
 /// A series ends after six minutes without a repeat, as kube-rs's and
 /// client-go's do; its next Event is a new one.
 const FORGET_AFTER: Duration = Duration::from_secs(6 * 60);
+/// How often ended series are removed from memory.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The Events of one operator.
 pub struct Events {
@@ -175,6 +177,9 @@ enum Next {
 #[derive(Default)]
 struct Series {
     open: HashMap<Key, Last>,
+    /// When ended series were last removed: once a minute at most, rather
+    /// than a pass over every object's series on each Event.
+    swept: Option<Instant>,
 }
 
 struct Last {
@@ -195,10 +200,17 @@ impl Series {
         now: Instant,
         fresh_name: impl FnOnce() -> String,
     ) -> Next {
-        self.open
-            .retain(|_, last| now.saturating_duration_since(last.at) < FORGET_AFTER);
+        if self
+            .swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= SWEEP_EVERY)
+        {
+            self.open
+                .retain(|_, last| now.saturating_duration_since(last.at) < FORGET_AFTER);
+            self.swept = Some(now);
+        }
         if let Some(last) = self.open.get_mut(key)
             && last.note == note
+            && now.saturating_duration_since(last.at) < FORGET_AFTER
         {
             last.count = last.count.saturating_add(1);
             last.at = now;
@@ -294,6 +306,32 @@ mod tests {
         );
         // Unused for six minutes: a new Event, as kube-rs ends the series.
         assert_eq!(publish("3 files", "Provisioned", 6 + 6 * 60), new("a.5"));
+    }
+
+    #[test]
+    fn a_series_ends_after_six_minutes_between_sweeps() {
+        let mut series = Series::default();
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", at(0), || "a.1".into()),
+            new("a.1")
+        );
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", at(35), || "a.x".into()),
+            repeat("a.1", 2)
+        );
+        // A sweep at 390 s keeps the series, used 355 s before.
+        assert_eq!(
+            series.next(&key("Failed"), "no", at(390), || "b.1".into()),
+            new("b.1")
+        );
+        assert_eq!(series.open.len(), 2, "swept, and the first series kept");
+        // 361 s after its last use, 6 s after the sweep: ended all the same.
+        assert_eq!(
+            series.next(&key("Provisioned"), "done", at(361 + 35), || "a.2".into()),
+            new("a.2")
+        );
     }
 
     #[test]
