@@ -51,13 +51,18 @@ struct World {
 
 impl World {
     fn start() -> Self {
+        Self::start_with(FAST_REVIEWS)
+    }
+
+    /// With kplug's `flags`.
+    fn start_with(flags: &[&str]) -> Self {
         let work = tempfile::Builder::new()
             .prefix("kplug-access-")
             .tempdir_in("/tmp")
             .expect("temp dir");
         let cluster = ControlPlane::start(work.path().join("cp"));
         cluster.apply(&widget_crd("example.com"));
-        let kplug = AggregatedKplug::start(&cluster, work.path(), FAST_REVIEWS);
+        let kplug = AggregatedKplug::start(&cluster, work.path(), flags);
         for namespace in ["plugins", "team-a", "team-b"] {
             cluster.kubectl_ok(&["create", "namespace", namespace]);
         }
@@ -107,6 +112,22 @@ impl World {
         );
         assert_eq!(code, 200, "{body}");
         Samples::parse(&body).sum("kplug_reconciles_total", &[("plugin", PLUGIN)])
+    }
+
+    /// The SubjectAccessReviews kplug sent since the last call, asking
+    /// whether `who` may act on Widgets (from its debug log).
+    fn widget_reviews_of(&self, who: &str) -> usize {
+        let user = format!("user={who} ");
+        self.kplug
+            .log
+            .drain()
+            .iter()
+            .filter(|l| {
+                l.contains("SubjectAccessReview answered")
+                    && l.contains(&user)
+                    && l.contains(r#"resource: "widgets""#)
+            })
+            .count()
     }
 
     /// Waits until `who` gets the answer `check` accepts (bindings reach
@@ -306,6 +327,110 @@ subjects: [{kind: User, name: viewer}]
     // The refused calls reached no plugin: the four answered ones did
     // (team-a's Reconcile and Finalize, the dry run, the extension).
     assert_eq!(world.plugin_calls(), 4.0);
+}
+
+/// A Reconcile of the Widget `namespace/name`, without extensions.
+fn reconcile_of(namespace: &str, name: &str) -> String {
+    let mut body: Value = serde_json::from_str(&request("Reconcile", false, namespace, json!([])))
+        .expect("the request is JSON");
+    body["spec"]["object"]["metadata"]["name"] = json!(name);
+    body.to_string()
+}
+
+#[test]
+fn a_right_on_every_object_of_a_namespace_is_asked_once_and_one_on_some_names_still_counts() {
+    // Allowed answers kept five minutes, so that a review not sent shows;
+    // refusals one second, so that new bindings apply at once.
+    let world = World::start_with(&[
+        "--authentication-cache-ttl",
+        "1s",
+        "--authorization-allowed-cache-ttl",
+        "5m",
+        "--authorization-denied-cache-ttl",
+        "1s",
+        "--min-heartbeat-interval",
+        "1s",
+        "--log",
+        "info,kplug_apiserver::auth=debug",
+    ]);
+    let cluster = &world.cluster;
+    for (binding, user) in [("op-reconciles", "op"), ("named-reconciles", "named")] {
+        cluster.kubectl_ok(&[
+            "create",
+            "clusterrolebinding",
+            binding,
+            "--clusterrole=kplug:operator",
+            &format!("--user={user}"),
+        ]);
+    }
+    // op controls every Widget of team-a; named, only w1's status.
+    cluster.apply(
+        r"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: widget-controller, namespace: team-a}
+rules:
+- apiGroups: [example.com]
+  resources: [widgets/status]
+  verbs: [update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: op-widgets, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-controller}
+subjects: [{kind: User, name: op}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: w1-controller, namespace: team-a}
+rules:
+- apiGroups: [example.com]
+  resources: [widgets/status]
+  resourceNames: [w1]
+  verbs: [update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: named-w1, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: w1-controller}
+subjects: [{kind: User, name: named}]
+",
+    );
+    world.eventually(
+        "op's Reconcile of w0",
+        "op",
+        &reconcile_of("team-a", "w0"),
+        answered,
+    );
+    // Five more Widgets: the right on every Widget of team-a, allowed and
+    // cached with w0's, answers for each of them.
+    world.widget_reviews_of("op");
+    for i in 1..=5 {
+        let output = world.reconcile_as("op", &reconcile_of("team-a", &format!("w{i}")));
+        assert!(answered(&output), "{}", output_text(&output));
+    }
+    assert_eq!(
+        world.widget_reviews_of("op"),
+        0,
+        "reviews sent for op's Widgets"
+    );
+
+    // A right on w1 alone: refused on every name, so asked by name.
+    world.eventually(
+        "named's Reconcile of w1",
+        "named",
+        &reconcile_of("team-a", "w1"),
+        answered,
+    );
+    assert!(refused(
+        &world.reconcile_as("named", &reconcile_of("team-a", "w2")),
+        "widgets.example.com \"w2\" is forbidden: User \"named\" cannot update resource \
+         \"widgets/status\" in API group \"example.com\" in the namespace \"team-a\""
+    ));
+    // Nor does op's right reach past team-a.
+    assert!(refused(
+        &world.reconcile_as("op", &reconcile_of("team-b", "w1")),
+        "widgets.example.com \"w1\" is forbidden: User \"op\" cannot update resource"
+    ));
 }
 
 /// A Reconcile of the stored object `namespace/name` of `kind` (`spec.objectRef`).

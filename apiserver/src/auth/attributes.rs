@@ -163,6 +163,22 @@ impl Attributes {
         }
     }
 
+    /// The same right on every name: a SubjectAccessReview reads an empty
+    /// name as "all", so an allowed review of these attributes answers for
+    /// each name. `None` for attributes that name no object.
+    pub fn on_every_name(&self) -> Option<Self> {
+        match self {
+            Self::Resource { name, .. } if !name.is_empty() => {
+                let mut every = self.clone();
+                if let Self::Resource { name, .. } = &mut every {
+                    name.clear();
+                }
+                Some(every)
+            }
+            _ => None,
+        }
+    }
+
     /// The denial message, worded as kube-apiserver words it.
     pub fn forbidden(&self, user: &str, reason: &str) -> String {
         let because = if reason.is_empty() {
@@ -346,6 +362,27 @@ mod tests {
             Attributes::of_request(&Method::POST, path, None),
             resource("create", "plugins", "reconcile", "hello")
         );
+    }
+
+    #[test]
+    fn every_name_keeps_all_but_the_name() {
+        let one = Attributes::object(ON_EXTENSION, "", "configmaps", "team-b", "settings");
+        assert_eq!(
+            one.on_every_name(),
+            Some(Attributes::object(
+                ON_EXTENSION,
+                "",
+                "configmaps",
+                "team-b",
+                ""
+            ))
+        );
+        assert_eq!(resource("list", "plugins", "", "").on_every_name(), None);
+        let path = Attributes::NonResource {
+            verb: "get".to_owned(),
+            path: "/metrics".to_owned(),
+        };
+        assert_eq!(path.on_every_name(), None);
     }
 
     #[test]

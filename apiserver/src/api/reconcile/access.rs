@@ -151,7 +151,7 @@ impl ObjectAccess {
             name,
         } = *target;
         let attributes = Attributes::object(right, group, resource, namespace, name);
-        match self.delegated.authorize(user, &attributes).await {
+        match self.delegated.authorize_object(user, &attributes).await {
             Ok(()) => Ok(()),
             Err(AuthError::Forbidden(message)) => Err(ApiError::ForbiddenObject {
                 message,
