@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
-use kplug_proto::v1alpha1::{HeartbeatRequest, Protocol};
+use kplug_proto::v1alpha1::{ExtensionKind, HeartbeatRequest, Protocol};
 use kplug_test_support::{StandaloneKplug, heartbeat_request};
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
@@ -228,7 +228,28 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
                     labels: [("kplug.io/api".to_owned(), "x".to_owned())].into(),
                     ..heartbeat("ok", "127.0.0.1:1")
                 },
-                "reserved for kplug",
+                "labels[kplug.io/api]: Invalid value: \"kplug.io/api\": the prefix \"kplug.io/\" is reserved for kplug",
+            ),
+            (
+                HeartbeatRequest {
+                    extensions: vec![ExtensionKind {
+                        group: "backups.example.com".to_owned(),
+                        kind: "backup".to_owned(),
+                        version: String::new(),
+                    }],
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "extensions[0].kind: Invalid value: \"backup\": must be a CamelCase kind name",
+            ),
+            (
+                HeartbeatRequest {
+                    protocol: Some(Protocol {
+                        capabilities: vec!["Reconcile".to_owned(), "finalize".to_owned()],
+                        ..Protocol::default()
+                    }),
+                    ..heartbeat("ok", "127.0.0.1:1")
+                },
+                "protocol.capabilities[1]: Invalid value: \"finalize\"",
             ),
             (
                 HeartbeatRequest {

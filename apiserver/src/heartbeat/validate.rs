@@ -1,6 +1,7 @@
 //! Turns a heartbeat from the wire into a [`Declaration`], or says precisely
 //! what is wrong with it.
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use kplug_api::validation;
@@ -43,33 +44,37 @@ pub enum Invalid {
     UnsupportedProtocol(String),
 }
 
+/// The field errors found so far. Fields are named with `impl Display`
+/// (a `&str`, or `format_args!` for an indexed one), written out only for
+/// an error: a valid heartbeat, the one that comes every few seconds,
+/// formats no field name.
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
 impl Errors {
-    fn check(&mut self, field: impl Into<String>, value: &str, problem: Option<String>) {
+    fn check(&mut self, field: impl Display, value: &str, problem: Option<String>) {
         if let Some(problem) = problem {
             self.0.push(FieldError {
-                field: field.into(),
+                field: field.to_string(),
                 message: format!("Invalid value: {value:?}: {problem}"),
             });
         }
     }
 
-    fn required(&mut self, field: &str, value: &str) -> bool {
+    fn required(&mut self, field: impl Display, value: &str) -> bool {
         if value.is_empty() {
             self.0.push(FieldError {
-                field: field.to_owned(),
+                field: field.to_string(),
                 message: "Required value".to_owned(),
             });
         }
         !value.is_empty()
     }
 
-    fn too_many(&mut self, field: &str, count: usize, max: usize) {
+    fn too_many(&mut self, field: impl Display, count: usize, max: usize) {
         if count > max {
             self.0.push(FieldError {
-                field: field.to_owned(),
+                field: field.to_string(),
                 message: format!("Too many: {count}: must have at most {max} items"),
             });
         }
@@ -222,24 +227,23 @@ pub fn declaration(
     }
     errors.too_many("extensions", request.extensions.len(), MAX_EXTENSIONS);
     for (i, extension) in request.extensions.iter().enumerate() {
-        let field = format!("extensions[{i}]");
-        if errors.required(&format!("{field}.group"), &extension.group) {
+        if errors.required(format_args!("extensions[{i}].group"), &extension.group) {
             errors.check(
-                format!("{field}.group"),
+                format_args!("extensions[{i}].group"),
                 &extension.group,
                 validation::dns1123_subdomain(&extension.group),
             );
         }
-        if errors.required(&format!("{field}.kind"), &extension.kind) {
+        if errors.required(format_args!("extensions[{i}].kind"), &extension.kind) {
             errors.check(
-                format!("{field}.kind"),
+                format_args!("extensions[{i}].kind"),
                 &extension.kind,
                 validation::kind_name(&extension.kind),
             );
         }
         if !extension.version.is_empty() {
             errors.check(
-                format!("{field}.version"),
+                format_args!("extensions[{i}].version"),
                 &extension.version,
                 validation::dns1123_label(&extension.version),
             );
@@ -247,12 +251,19 @@ pub fn declaration(
     }
     errors.too_many("labels", request.labels.len(), MAX_LABELS);
     for (key, value) in &request.labels {
-        let field = format!("labels[{key}]");
-        errors.check(&field, key, validation::label_key(key));
-        errors.check(&field, value, validation::label_value(value));
+        errors.check(
+            format_args!("labels[{key}]"),
+            key,
+            validation::label_key(key),
+        );
+        errors.check(
+            format_args!("labels[{key}]"),
+            value,
+            validation::label_value(value),
+        );
         if key.starts_with(labels::RESERVED_PREFIX) {
             errors.check(
-                &field,
+                format_args!("labels[{key}]"),
                 key,
                 Some(format!(
                     "the prefix {:?} is reserved for kplug",
@@ -268,7 +279,7 @@ pub fn declaration(
     );
     for (i, capability) in protocol.capabilities.iter().enumerate() {
         errors.check(
-            format!("protocol.capabilities[{i}]"),
+            format_args!("protocol.capabilities[{i}]"),
             capability,
             validation::kind_name(capability),
         );
