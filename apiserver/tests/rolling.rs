@@ -37,6 +37,9 @@ const DELAY_MS: u64 = 400;
 /// show in the table as a change the tests do not expect. The draining
 /// notice and the deregistration do not wait for a heartbeat.
 const HEARTBEAT_INTERVAL: &str = "5s";
+/// What an instance logs as a call starts its delay: the Rust hello
+/// plugin's `--delay-ms`, the Python one's sleep.
+const DELAYING: &str = "delaying the answer";
 /// For whatever a test waits on: starting, draining, answering.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -111,13 +114,14 @@ impl Instance {
     /// first, which hello.py has no flag for.
     fn python(kplug: &StandaloneKplug, name: &str, address: &str) -> Self {
         const SLOW_HELLO: &str = "\
-import importlib.util, sys, time
+import importlib.util, logging, sys, time
 import kplug
 spec = importlib.util.spec_from_file_location('hello', sys.argv[1])
 hello = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hello)
 class SlowHello(hello.Hello):
     def reconcile(self, request):
+        logging.getLogger('hello').info('delaying the answer by %s s', sys.argv[2])
         time.sleep(float(sys.argv[2]))
         return super().reconcile(request)
 kplug.run(SlowHello(), sys.argv[3:])
@@ -151,6 +155,20 @@ kplug.run(SlowHello(), sys.argv[3:])
             address: address.to_owned(),
             process,
             log: Log::new(lines, &format!("the log of {name} ({kind} on {address})")),
+        }
+    }
+
+    /// Waits until a call is in its handler: more calls have started their
+    /// delay ([`DELAYING`]) than it has answered.
+    fn wait_until_busy(&self) {
+        let busy = || {
+            let lines = self.log.read();
+            let started = lines.iter().filter(|l| l.contains(DELAYING)).count();
+            let answered = lines.iter().filter(|l| greeted(l).is_some()).count();
+            started > answered
+        };
+        if !busy() {
+            self.log.wait_for("a call in its handler", |_| busy());
         }
     }
 
@@ -392,7 +410,10 @@ fn reconciles_in_flight(kplug: &StandaloneKplug) -> f64 {
 /// scrapes kplug, one scrape after the other, until nearly every worker
 /// has sent a call since and nearly that many are in flight: a worker
 /// sends its next call only once its last was answered, so most of the
-/// calls in flight are new, and some of them on `instance`.
+/// calls in flight are new, and usually some of them on `instance`. As
+/// kplug's count does not say where they are, it then waits, if need be,
+/// until `instance`'s log shows a call in its handler (one in ten CI runs
+/// had stopped a Python instance with none).
 fn wait_for_a_wave(kplug: &StandaloneKplug, load: &Load, instance: &Instance) {
     instance.wait_for_a_call(load.issued());
     let wave = load.issued();
@@ -403,13 +424,14 @@ fn wait_for_a_wave(kplug: &StandaloneKplug, load: &Load, instance: &Instance) {
         let sent = load.issued() - wave;
         let in_flight = reconciles_in_flight(kplug);
         if sent >= enough && in_flight >= enough as f64 {
-            return;
+            break;
         }
         assert!(
             Instant::now() < deadline,
             "no wave of {enough} reconciles in flight: {sent} sent, {in_flight} in flight"
         );
     }
+    instance.wait_until_busy();
 }
 
 /// Sets the flag when dropped, also when the scenario panics, so that the

@@ -94,6 +94,7 @@ impl Hello {
     async fn misbehave(&self) -> Option<Outcome> {
         // Even a zero sleep waits for the next timer tick (about 1 ms).
         if self.faults.delay_ms > 0 {
+            tracing::info!(delay_ms = self.faults.delay_ms, "delaying the answer");
             tokio::time::sleep(Duration::from_millis(self.faults.delay_ms)).await;
         }
         assert!(!self.faults.panic, "--panic was given");
