@@ -90,10 +90,14 @@ impl Lines {
     pub fn new(reader: impl Read + Send + 'static) -> Self {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            // Once no one listens (the `Lines` dropped), lines are still
+            // read, and dropped: closing the pipe would fail the child's
+            // next write, and a Rust child's logger panics on that
+            // (tracing-subscriber reports a failed write with `eprintln!`),
+            // taking down the call it logs for.
+            let mut listening = true;
             for line in BufReader::new(reader).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
+                listening = listening && tx.send(line).is_ok();
             }
         });
         Self(Mutex::new(rx))
