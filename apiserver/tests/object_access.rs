@@ -364,37 +364,30 @@ fn a_right_on_every_object_of_a_namespace_is_asked_once_and_one_on_some_names_st
         ]);
     }
     // op controls every Widget of team-a; named, only w1's status.
-    cluster.apply(
-        r"apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: widget-controller, namespace: team-a}
-rules:
-- apiGroups: [example.com]
-  resources: [widgets/status]
-  verbs: [update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: op-widgets, namespace: team-a}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-controller}
-subjects: [{kind: User, name: op}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: w1-controller, namespace: team-a}
-rules:
-- apiGroups: [example.com]
-  resources: [widgets/status]
-  resourceNames: [w1]
-  verbs: [update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: named-w1, namespace: team-a}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: w1-controller}
-subjects: [{kind: User, name: named}]
-",
-    );
+    for (user, names) in [("op", None), ("named", Some("w1"))] {
+        let role = format!("{user}-controls-widgets");
+        let mut create_role = vec![
+            "-n",
+            "team-a",
+            "create",
+            "role",
+            &role,
+            "--verb=update",
+            "--resource=widgets.example.com/status",
+        ];
+        let resource_name = names.map(|name| format!("--resource-name={name}"));
+        create_role.extend(resource_name.as_deref());
+        cluster.kubectl_ok(&create_role);
+        cluster.kubectl_ok(&[
+            "-n",
+            "team-a",
+            "create",
+            "rolebinding",
+            &role,
+            &format!("--role={role}"),
+            &format!("--user={user}"),
+        ]);
+    }
     world.eventually(
         "op's Reconcile of w0",
         "op",
