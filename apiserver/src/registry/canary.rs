@@ -59,14 +59,13 @@ impl Registry {
         let entry = state.plugins.get_mut(plugin)?;
         if entry
             .lifecycle
-            .withdrawn
-            .as_ref()
+            .withdrawn()
             .is_some_and(|w| w.version == canary)
         {
             // Another call's verdict came first.
             return None;
         }
-        entry.lifecycle.withdrawn = Some(Withdrawn {
+        entry.lifecycle.withdraw(Withdrawn {
             version: canary.to_owned(),
             withdrawal: withdrawal.clone(),
             at: now,

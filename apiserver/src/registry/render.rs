@@ -81,7 +81,7 @@ fn canary(instances: &Instances, lifecycle: &Lifecycle) -> Option<Condition> {
             .filter(|i| i.declaration.version == *version)
             .map(|i| i.declaration.canary_weight),
     );
-    let (status, reason, message, since) = match &lifecycle.withdrawn {
+    let (status, reason, message, since) = match lifecycle.withdrawn() {
         Some(withdrawn) if withdrawn.version == *version => (
             "False",
             "Withdrawn",
@@ -99,7 +99,7 @@ fn canary(instances: &Instances, lifecycle: &Lifecycle) -> Option<Condition> {
                 "canary {version} takes {}% of the objects",
                 weight.unwrap_or_default()
             ),
-            lifecycle.canary_since.unwrap_or(lifecycle.created),
+            lifecycle.canary_since().unwrap_or(lifecycle.created),
         ),
     };
     Some(Condition {
@@ -140,7 +140,7 @@ impl Registry {
             kind: Plugin::KIND.to_owned(),
             metadata: ObjectMeta {
                 name: Some(declaration.name.clone()),
-                uid: Some(lifecycle.uid.clone()),
+                uid: Some(lifecycle.uid()),
                 resource_version: Some(self.version(resource_version)),
                 creation_timestamp: Some(Time(lifecycle.created)),
                 labels: Some(v1alpha1::object_labels(declaration.labels.iter(), &spec)),

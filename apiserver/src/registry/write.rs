@@ -103,8 +103,8 @@ impl Registry {
     /// Records a heartbeat of one instance at `now`.
     pub fn heartbeat(&self, declaration: Declaration, now: Timestamp) -> Result<Accepted, Refusal> {
         let interval = declaration.interval;
-        let accepted = |uid: &str| Accepted {
-            uid: uid.to_owned(),
+        let accepted = |uid: String| Accepted {
+            uid,
             interval,
             ttl: self.ttl(interval),
         };
@@ -159,7 +159,7 @@ impl Registry {
             }
         };
         let (entry, object) = entry;
-        let result = accepted(&entry.lifecycle.uid);
+        let result = accepted(entry.lifecycle.uid());
         let event_type = match previous {
             Some(_) => EventType::Modified,
             None => EventType::Added,
@@ -202,10 +202,8 @@ impl Registry {
             .instances
             .iter()
             .any(|i| i.declaration.canary_weight > 0);
-        lifecycle.canary_since = match (canaries, lifecycle.canary_since) {
-            (true, since) => Some(since.unwrap_or(now)),
-            (false, _) => None,
-        };
+        let since = canaries.then(|| lifecycle.canary_since().unwrap_or(now));
+        lifecycle.set_canary_since(since);
         entry.lifecycle.refreshed = now;
         self.store(entry, resource_version)
     }
@@ -231,12 +229,12 @@ impl Registry {
     /// [`Registry::touch`], or the refusal of a heartbeat that would add a
     /// plugin or an instance beyond the caps; `None` means the heartbeat
     /// must be written.
-    fn touch_or_refuse<'s>(
+    fn touch_or_refuse(
         &self,
-        state: &'s State,
+        state: &State,
         declaration: &Declaration,
         now: Timestamp,
-    ) -> Result<Option<&'s str>, Refusal> {
+    ) -> Result<Option<String>, Refusal> {
         let Some(entry) = state.plugins.get(&declaration.name) else {
             let limit = self.config.max_plugins;
             if state.plugins.len() >= limit {
@@ -265,12 +263,12 @@ impl Registry {
     /// For a heartbeat that changes nothing, only records when it came and
     /// returns the registration's uid; `None` means the entry must be
     /// rewritten (or the instance added).
-    fn touch<'e>(
+    fn touch(
         &self,
-        entry: &'e Entry,
+        entry: &Entry,
         declaration: &Declaration,
         now: Timestamp,
-    ) -> Result<Option<&'e str>, Refusal> {
+    ) -> Result<Option<String>, Refusal> {
         self.admit(entry, declaration)?;
         let Some(instance) = entry.instances.get(declaration.identity()) else {
             return Ok(None);
@@ -282,7 +280,7 @@ impl Registry {
             return Ok(None);
         }
         instance.seen(now);
-        Ok(Some(&entry.lifecycle.uid))
+        Ok(Some(entry.lifecycle.uid()))
     }
 
     /// Whether `declaration` may join (or stay in) `entry`: same identity
@@ -357,11 +355,11 @@ impl Registry {
             .get(name)
             .ok_or_else(|| DeleteError::NotFound(name.to_owned()))?;
         if let Some(uid) = &preconditions.uid
-            && *uid != entry.lifecycle.uid
+            && *uid != entry.lifecycle.uid()
         {
             return Err(DeleteError::Conflict(format!(
                 "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                entry.lifecycle.uid
+                entry.lifecycle.uid()
             )));
         }
         let current = self.version(entry.encoded.resource_version());
