@@ -14,7 +14,9 @@ if [[ ! -x "$binary" ]]; then
         mkdir -p "$dir"
         git worktree add --detach "$dir/src" "$rev" >&2
     fi
-    CARGO_TARGET_DIR="$dir/target" cargo build --release --locked \
-        --manifest-path "$dir/src/Cargo.toml" -p kplug-apiserver >&2
+    # From inside the worktree: cargo reads .cargo/config.toml where it runs,
+    # and REV is built with its own (the allocator's options are there).
+    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --release --locked \
+        -p kplug-apiserver >&2)
 fi
 echo "$binary"
