@@ -81,6 +81,39 @@ fn a_plugins_record_fits_in_512_bytes() {
     );
 }
 
+/// The canary record exists only while it holds something, and a
+/// withdrawal outlives the canary instances it withdrew: when they come back
+/// with the same version, they still take no calls.
+#[test]
+fn a_canary_record_lives_while_it_holds_something() {
+    let mut lifecycle = Lifecycle::new(t0());
+    lifecycle.set_canary_since(None);
+    assert!(lifecycle.canary.is_none(), "no canary, no record");
+    lifecycle.set_canary_since(Some(t0()));
+    assert_eq!(lifecycle.canary_since(), Some(t0()));
+    lifecycle.set_canary_since(None);
+    assert!(lifecycle.canary.is_none(), "the canaries left");
+
+    lifecycle.set_canary_since(Some(t0()));
+    lifecycle.withdraw(Withdrawn {
+        version: "2.0.0".to_owned(),
+        withdrawal: Withdrawal {
+            canary_calls: 10,
+            canary_bad: 5,
+            stable_calls: 90,
+            stable_bad: 0,
+        },
+        at: t0() + secs(1),
+    });
+    lifecycle.set_canary_since(None);
+    assert_eq!(lifecycle.canary_since(), None);
+    assert_eq!(
+        lifecycle.withdrawn().map(|w| w.version.as_str()),
+        Some("2.0.0"),
+        "the withdrawal is kept after its instances left"
+    );
+}
+
 #[test]
 fn first_heartbeat_registers_with_uid_and_labels() {
     let registry = Registry::new(config());
