@@ -125,6 +125,11 @@ fn first_heartbeat_registers_with_uid_and_labels() {
     let plugin = registry.get("pg").expect("registered");
     assert_eq!(plugin.metadata.uid.as_deref(), Some(accepted.uid.as_str()));
     assert_eq!(
+        uuid::Uuid::parse_str(&accepted.uid).map(|uid| uid.hyphenated().to_string()),
+        Ok(accepted.uid.clone()),
+        "a uid as Kubernetes writes one: lowercase, hyphenated"
+    );
+    assert_eq!(
         plugin.metadata.resource_version.as_deref(),
         Some(registry.version(1).as_str())
     );
@@ -297,7 +302,7 @@ fn a_heartbeat_racing_the_sweep_keeps_the_plugin() {
 #[test]
 fn delete_checks_preconditions_and_emits_deleted() {
     let registry = Registry::new(config());
-    registry
+    let accepted = registry
         .heartbeat(declaration("pg"), t0())
         .expect("accepted");
     let wrong_uid = Preconditions {
@@ -316,9 +321,12 @@ fn delete_checks_preconditions_and_emits_deleted() {
         registry.delete("pg", &wrong_rv),
         Err(DeleteError::Conflict(_))
     ));
-    let deleted = registry
-        .delete("pg", &Preconditions::default())
-        .expect("deleted");
+    // The uid as the heartbeat's reply and metadata.uid give it.
+    let right_uid = Preconditions {
+        uid: Some(accepted.uid),
+        resource_version: None,
+    };
+    let deleted = registry.delete("pg", &right_uid).expect("deleted");
     assert_eq!(
         object(&deleted).metadata.resource_version.as_deref(),
         Some(registry.version(2).as_str())
