@@ -80,7 +80,7 @@ impl BodyWriter for ListWriter {
             out.push(b',');
         }
         match &self.format {
-            Items::Json => out.extend_from_slice(item.encoded.json()),
+            Items::Json => item.encoded.write_json(out),
             Items::Table(table) => table.row(out, &item.encoded, item.last_seen),
         }
         true

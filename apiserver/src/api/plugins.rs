@@ -81,13 +81,13 @@ pub async fn get(
         .get_row(&name)
         .ok_or_else(|| ApiError::plugin_not_found(&name))?;
     let body = match repr {
-        Representation::Json => Bytes::copy_from_slice(row.encoded.json()),
+        Representation::Json => Bytes::from(row.encoded.to_json()),
         Representation::Table(version) => {
             let metadata = ListMeta {
                 resource_version: Some(state.registry.version(row.encoded.resource_version())),
                 ..ListMeta::default()
             };
-            let mut out = Vec::with_capacity(row.encoded.json().len() + 2048);
+            let mut out = Vec::with_capacity(row.encoded.json_len() + 2048);
             TableWriter::new(version, options.include_object, Timestamp::now())
                 .single(&mut out, &metadata, &row.encoded, row.last_seen)
                 .map_err(encoding_error)?;
@@ -133,7 +133,7 @@ pub async fn delete(
             .get_row(&name)
             .ok_or_else(|| ApiError::plugin_not_found(&name))?;
         return Ok(bytes_response(
-            Bytes::copy_from_slice(row.encoded.json()),
+            Bytes::from(row.encoded.to_json()),
             "application/json",
         ));
     }
@@ -141,7 +141,7 @@ pub async fn delete(
         Ok(deleted) => {
             tracing::info!(plugin = %name, "plugin registration deleted through the API");
             Ok(bytes_response(
-                Bytes::copy_from_slice(deleted.json()),
+                Bytes::from(deleted.to_json()),
                 "application/json",
             ))
         }

@@ -171,7 +171,7 @@ impl TableWriter {
             }
             IncludeObject::Object => {
                 out.extend_from_slice(br#","object":"#);
-                out.extend_from_slice(encoded.json());
+                encoded.write_json(out);
             }
         }
         out.push(b'}');

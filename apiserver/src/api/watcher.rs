@@ -59,12 +59,12 @@ impl Encoder {
     /// stored at `resource_version`, as a Table of one row when the watch
     /// asked for tables.
     fn object(&self, type_: &'static str, resource_version: u64, encoded: &Encoded) -> Bytes {
-        let mut out = Vec::with_capacity(encoded.json().len() + 64);
+        let mut out = Vec::with_capacity(encoded.json_len() + 64);
         out.extend_from_slice(br#"{"type":""#);
         out.extend_from_slice(type_.as_bytes());
         out.extend_from_slice(br#"","object":"#);
         match self.repr {
-            Representation::Json => out.extend_from_slice(encoded.json()),
+            Representation::Json => encoded.write_json(&mut out),
             Representation::Table(version) => {
                 let registry = &self.state.registry;
                 // The instances' latest heartbeat while the plugin lives,

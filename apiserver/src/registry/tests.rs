@@ -396,7 +396,7 @@ fn pages_stop_at_the_limit_and_count_the_rest() {
     assert_eq!(page.remaining, 3);
     assert_eq!(page.resource_version, 4);
     let row = registry.get_row("a").expect("a row");
-    assert_eq!(page.rows[0].encoded.json(), row.encoded.json());
+    assert_eq!(page.rows[0].encoded.to_json(), row.encoded.to_json());
     assert_eq!(page.rows[0].last_seen, t0());
 }
 
