@@ -60,6 +60,11 @@ impl Instances {
         }
     }
 
+    /// The first instance, the only one of a plugin that just registered.
+    pub(super) fn into_first(self) -> Instance {
+        self.first
+    }
+
     pub(super) fn len(&self) -> usize {
         1 + self.rest.len()
     }

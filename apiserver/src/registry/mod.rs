@@ -40,6 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 
 pub use declaration::{Declaration, Labels};
+use encoded::Body;
 pub use encoded::Encoded;
 pub use events::{Event, EventType, WatchError, WatchStart};
 pub use history::Expired;
@@ -115,6 +116,13 @@ struct Lifecycle {
     canary: Option<Box<CanaryRecord>>,
 }
 
+/// `uid` written as Kubernetes writes one: lowercase, hyphenated.
+fn uid_text(uid: uuid::Uuid) -> String {
+    uid.hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
+}
+
 /// What the registry remembers of a plugin's canaries.
 #[derive(Default)]
 struct CanaryRecord {
@@ -145,10 +153,7 @@ impl Lifecycle {
 
     /// The uid as its text, as `metadata.uid` shows it.
     fn uid(&self) -> String {
-        self.uid
-            .hyphenated()
-            .encode_lower(&mut uuid::Uuid::encode_buffer())
-            .to_owned()
+        uid_text(self.uid)
     }
 
     fn canary_since(&self) -> Option<Timestamp> {

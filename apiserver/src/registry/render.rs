@@ -115,13 +115,9 @@ fn canary(instances: &Instances, lifecycle: &Lifecycle) -> Option<Condition> {
 impl Registry {
     /// The object as of now: heartbeat times are the instances' latest,
     /// which is why unchanged heartbeats re-render only once per status
-    /// refresh interval.
-    pub(super) fn render(
-        &self,
-        instances: &Instances,
-        lifecycle: &Lifecycle,
-        resource_version: u64,
-    ) -> Plugin {
+    /// refresh interval. It has no resourceVersion until it is stored
+    /// ([`Registry::stamp`]).
+    pub(super) fn render(&self, instances: &Instances, lifecycle: &Lifecycle) -> Plugin {
         let declaration = &instances.newest().declaration;
         let spec = declaration.spec();
         let (reason, message) = readiness(instances, lifecycle);
@@ -141,7 +137,6 @@ impl Registry {
             metadata: ObjectMeta {
                 name: Some(declaration.name.clone()),
                 uid: Some(lifecycle.uid()),
-                resource_version: Some(self.version(resource_version)),
                 creation_timestamp: Some(Time(lifecycle.created)),
                 labels: Some(v1alpha1::object_labels(declaration.labels.iter(), &spec)),
                 ..ObjectMeta::default()
@@ -167,5 +162,10 @@ impl Registry {
                     .collect(),
             },
         }
+    }
+
+    /// Gives `object` the resourceVersion it is stored at.
+    pub(super) fn stamp(&self, object: &mut Plugin, resource_version: u64) {
+        object.metadata.resource_version = Some(self.version(resource_version));
     }
 }

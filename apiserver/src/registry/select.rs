@@ -86,7 +86,8 @@ impl Registry {
     }
 
     fn live(&self, entry: &Entry) -> Arc<Plugin> {
-        let resource_version = entry.encoded.resource_version();
-        Arc::new(self.render(&entry.instances, &entry.lifecycle, resource_version))
+        let mut object = self.render(&entry.instances, &entry.lifecycle);
+        self.stamp(&mut object, entry.encoded.resource_version());
+        Arc::new(object)
     }
 }

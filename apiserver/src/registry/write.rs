@@ -9,8 +9,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::{
-    Declaration, Encoded, Entry, Event, EventType, Instance, Instances, Lifecycle, Registry, State,
-    signed,
+    Body, Declaration, Encoded, Entry, Event, EventType, Instance, Instances, Lifecycle, Registry,
+    State, signed, uid_text,
 };
 use crate::v1alpha1::{Plugin, PluginApi};
 
@@ -99,37 +99,100 @@ fn served(api: &PluginApi, implementation: &str) -> String {
     )
 }
 
+/// What a heartbeat needs, as far as the registry's read lock tells.
+enum Touch {
+    /// Nothing but its time was new: recorded. The registration's uid.
+    Touched(uuid::Uuid),
+    /// A plugin the registry does not hold.
+    NewPlugin,
+    /// A change to a plugin the registry holds.
+    Rewrite,
+}
+
+/// A heartbeat's change, made under the write lock.
+// One value on the stack for the length of one heartbeat: a box would be
+// an allocation for nothing.
+#[expect(clippy::large_enum_variant)]
+enum Change {
+    Register(Registration),
+    Rewrite(Declaration),
+}
+
+impl Change {
+    fn declaration(&self) -> &Declaration {
+        match self {
+            Change::Register(registration) => &registration.instances.newest().declaration,
+            Change::Rewrite(declaration) => declaration,
+        }
+    }
+
+    fn into_declaration(self) -> Declaration {
+        match self {
+            Change::Register(registration) => registration.instances.into_first().declaration,
+            Change::Rewrite(declaration) => declaration,
+        }
+    }
+}
+
+/// A new plugin's entry and object, all but its resourceVersion: the
+/// costly part of a registration (rendering, and compressing the object's
+/// body), which needs no lock.
+struct Registration {
+    instances: Instances,
+    lifecycle: Lifecycle,
+    object: Plugin,
+    body: Body,
+}
+
+impl Registration {
+    fn new(registry: &Registry, declaration: Declaration, now: Timestamp) -> Self {
+        let mut lifecycle = Lifecycle::new(now);
+        let instances = Instances::new(Instance::new(declaration, now));
+        lifecycle.ready = instances.iter().any(|i| lifecycle.serves_callers(i));
+        let object = registry.render(&instances, &lifecycle);
+        let body = Body::new(&object);
+        Self {
+            instances,
+            lifecycle,
+            object,
+            body,
+        }
+    }
+}
+
 impl Registry {
     /// Records a heartbeat of one instance at `now`.
     pub fn heartbeat(&self, declaration: Declaration, now: Timestamp) -> Result<Accepted, Refusal> {
         let interval = declaration.interval;
-        let accepted = |uid: String| Accepted {
-            uid,
+        let accepted = |uid: uuid::Uuid| Accepted {
+            uid: uid_text(uid),
             interval,
             ttl: self.ttl(interval),
         };
-        {
-            // Refusals too are decided under the read lock, so that a flood
-            // of heartbeats beyond the caps does not queue on the write lock.
-            let state = self.state.read();
-            if let Some(uid) = self.touch_or_refuse(&state, &declaration, now)? {
-                return Ok(accepted(uid));
-            }
-        }
+        // Refusals too are decided under the read lock, so that a flood of
+        // heartbeats beyond the caps does not queue on the write lock.
+        let touch = self.touch_or_refuse(&self.state.read(), &declaration, now)?;
+        // What follows the read lock: the uid's text, and a new plugin's
+        // object, rendered and compressed before the write lock, which every
+        // heartbeat that changes something waits for.
+        let change = match touch {
+            Touch::Touched(uid) => return Ok(accepted(uid)),
+            Touch::NewPlugin => Change::Register(Registration::new(self, declaration, now)),
+            Touch::Rewrite => Change::Rewrite(declaration),
+        };
 
         let mut state = self.state.write();
         let state = &mut *state;
-        if let Some(uid) = self.touch_or_refuse(state, &declaration, now)? {
+        if let Touch::Touched(uid) = self.touch_or_refuse(state, change.declaration(), now)? {
             return Ok(accepted(uid));
         }
-        let previous = state
-            .plugins
-            .get(&declaration.name)
-            .map(|entry| entry.encoded.clone());
+        let name = &change.declaration().name;
+        let previous = state.plugins.get(name).map(|entry| entry.encoded.clone());
         state.resource_version += 1;
         let resource_version = state.resource_version;
-        let entry = match state.plugins.entry(declaration.name.clone()) {
+        let entry = match state.plugins.entry(name.clone()) {
             btree_map::Entry::Occupied(occupied) => {
+                let declaration = change.into_declaration();
                 let entry = occupied.into_mut();
                 match entry.instances.get_mut(declaration.identity()) {
                     // A known instance whose declaration changed, maybe
@@ -145,11 +208,18 @@ impl Registry {
                 (&**entry, object)
             }
             btree_map::Entry::Vacant(vacant) => {
-                let mut lifecycle = Lifecycle::new(now);
-                let instances = Instances::new(Instance::new(declaration, now));
-                lifecycle.ready = instances.iter().any(|i| lifecycle.serves_callers(i));
-                let object = self.render(&instances, &lifecycle, resource_version);
-                let encoded = Arc::new(Encoded::new(&object, resource_version));
+                let Registration {
+                    instances,
+                    lifecycle,
+                    mut object,
+                    body,
+                } = match change {
+                    Change::Register(registration) => registration,
+                    // Gone since the read lock was released.
+                    Change::Rewrite(declaration) => Registration::new(self, declaration, now),
+                };
+                self.stamp(&mut object, resource_version);
+                let encoded = Arc::new(Encoded::with_body(&object, resource_version, body));
                 let entry = vacant.insert(Box::new(Entry {
                     instances,
                     lifecycle,
@@ -159,7 +229,7 @@ impl Registry {
             }
         };
         let (entry, object) = entry;
-        let result = accepted(entry.lifecycle.uid());
+        let result = accepted(entry.lifecycle.uid);
         let event_type = match previous {
             Some(_) => EventType::Modified,
             None => EventType::Added,
@@ -179,7 +249,8 @@ impl Registry {
     /// wire forms: the only place a stored version is made, so every version
     /// is encoded once. Returns the typed object, for the event's rule.
     fn store(&self, entry: &mut Entry, resource_version: u64) -> Plugin {
-        let object = self.render(&entry.instances, &entry.lifecycle, resource_version);
+        let mut object = self.render(&entry.instances, &entry.lifecycle);
+        self.stamp(&mut object, resource_version);
         entry.encoded = Arc::new(Encoded::new(&object, resource_version));
         object
     }
@@ -227,14 +298,13 @@ impl Registry {
     }
 
     /// [`Registry::touch`], or the refusal of a heartbeat that would add a
-    /// plugin or an instance beyond the caps; `None` means the heartbeat
-    /// must be written.
+    /// plugin or an instance beyond the caps.
     fn touch_or_refuse(
         &self,
         state: &State,
         declaration: &Declaration,
         now: Timestamp,
-    ) -> Result<Option<String>, Refusal> {
+    ) -> Result<Touch, Refusal> {
         let Some(entry) = state.plugins.get(&declaration.name) else {
             let limit = self.config.max_plugins;
             if state.plugins.len() >= limit {
@@ -243,21 +313,20 @@ impl Registry {
                     limit,
                 });
             }
-            return Ok(None);
+            return Ok(Touch::NewPlugin);
         };
-        let touched = self.touch(entry, declaration, now)?;
+        if let Some(uid) = self.touch(entry, declaration, now)? {
+            return Ok(Touch::Touched(uid));
+        }
         let limit = self.config.max_instances;
-        if touched.is_none()
-            && entry.instances.get(declaration.identity()).is_none()
-            && entry.instances.len() >= limit
-        {
+        if entry.instances.get(declaration.identity()).is_none() && entry.instances.len() >= limit {
             return Err(Refusal::TooManyInstances {
                 name: declaration.name.clone(),
                 instance: declaration.identity().to_owned(),
                 limit,
             });
         }
-        Ok(touched)
+        Ok(Touch::Rewrite)
     }
 
     /// For a heartbeat that changes nothing, only records when it came and
@@ -268,7 +337,7 @@ impl Registry {
         entry: &Entry,
         declaration: &Declaration,
         now: Timestamp,
-    ) -> Result<Option<String>, Refusal> {
+    ) -> Result<Option<uuid::Uuid>, Refusal> {
         self.admit(entry, declaration)?;
         let Some(instance) = entry.instances.get(declaration.identity()) else {
             return Ok(None);
@@ -280,7 +349,7 @@ impl Registry {
             return Ok(None);
         }
         instance.seen(now);
-        Ok(Some(entry.lifecycle.uid()))
+        Ok(Some(entry.lifecycle.uid))
     }
 
     /// Whether `declaration` may join (or stay in) `entry`: same identity

@@ -71,6 +71,55 @@ fn two_instances_make_one_plugin_described_by_the_newest() {
     );
 }
 
+/// A new plugin is rendered between the read and the write lock, so
+/// instances that register at once race to create it: each must land in the
+/// one registration, whichever wins.
+#[test]
+fn instances_registering_at_once_make_one_plugin() {
+    const INSTANCES: u8 = 8;
+    for round in 0..50 {
+        let registry = Registry::new(RegistryConfig {
+            history: 64,
+            ..config()
+        });
+        let mut feed = registry.subscribe();
+        let start = std::sync::Barrier::new(usize::from(INSTANCES));
+        let uids: Vec<String> = std::thread::scope(|threads| {
+            let heartbeats: Vec<_> = (0..INSTANCES)
+                .map(|i| {
+                    let (registry, start) = (&registry, &start);
+                    threads.spawn(move || {
+                        start.wait();
+                        registry.heartbeat(instance(&format!("pg-{i}"), i), t0())
+                    })
+                })
+                .collect();
+            heartbeats
+                .into_iter()
+                .map(|h| h.join().expect("no panic").expect("accepted").uid)
+                .collect()
+        });
+        assert!(
+            uids.iter().all(|uid| *uid == uids[0]),
+            "round {round}: one registration, one uid: {uids:?}"
+        );
+        let mut names = instance_names(&pg(&registry))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        names.sort();
+        let expected: Vec<String> = (0..INSTANCES).map(|i| format!("pg-{i}")).collect();
+        assert_eq!(names, expected, "round {round}");
+        let events = drained(&mut feed);
+        assert_eq!(events.len(), usize::from(INSTANCES), "round {round}");
+        assert_eq!(events[0].0, EventType::Added, "round {round}");
+        assert!(
+            events[1..].iter().all(|e| e.0 == EventType::Modified),
+            "round {round}: {events:?}"
+        );
+    }
+}
+
 #[test]
 fn deregistering_an_instance_keeps_the_plugin_until_the_last_goes() {
     let registry = Registry::new(config());
