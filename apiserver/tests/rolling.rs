@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use kplug_test_support::metrics::Samples;
 use kplug_test_support::postgres::venv_python;
 use kplug_test_support::{
-    Lines, Process, StandaloneKplug, free_port, plugin_instances, repo_root, wait_until,
-    workspace_binary,
+    Lines, Process, StandaloneKplug, free_port, greeting_reconcile, plugin_instances, repo_root,
+    wait_until, workspace_binary,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const PLUGINS: &str = "/apis/plugins.kplug.io/v1alpha1/plugins";
 /// The plugin every instance serves.
@@ -368,15 +368,7 @@ impl Load<'_> {
     fn work(&self) {
         while !self.stop.load(Ordering::SeqCst) {
             let name = format!("call-{:06}", self.issued.fetch_add(1, Ordering::SeqCst));
-            let body = json!({
-                "apiVersion": "plugins.kplug.io/v1alpha1",
-                "kind": "Reconcile",
-                "spec": {"object": {
-                    "apiVersion": "example.com/v1",
-                    "kind": "Greeting",
-                    "metadata": {"name": name},
-                }},
-            });
+            let body = greeting_reconcile(&name);
             let (code, answer) = self.kplug.curl(
                 "POST",
                 &format!("{PLUGINS}/{PLUGIN}/reconcile"),

@@ -376,6 +376,9 @@ impl OperatorArgs {
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            // A failed write is not reported on stderr, the same broken pipe:
+            // that report panics the task that logged (apiserver/tests/lost_logs.rs).
+            .log_internal_errors(false)
             // Colours for people at a terminal, plain text for a pod's log.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();

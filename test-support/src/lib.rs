@@ -52,7 +52,8 @@ pub use plugin_certs::{
     tls_verdict,
 };
 pub use plugins::{
-    hello_plugin, hello_plugin_command, plugin_identity, plugin_tls, wait_plugin_ready,
+    greeting_reconcile, hello_plugin, hello_plugin_command, plugin_identity, plugin_tls,
+    wait_plugin_ready,
 };
 pub use process::{Lines, Process, free_port, output_text, wait_until};
 pub use registry::{BlockingRegistry, heartbeat_request, plugin_instances};

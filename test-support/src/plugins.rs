@@ -101,3 +101,17 @@ pub fn wait_plugin_ready(cluster: &ControlPlane, name: &str) {
         },
     );
 }
+
+/// A `Reconcile` of the Greeting `name`, the hello plugin's API, as a
+/// caller posts it to `plugins/NAME/reconcile`.
+pub fn greeting_reconcile(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "plugins.kplug.io/v1alpha1",
+        "kind": "Reconcile",
+        "spec": {"object": {
+            "apiVersion": "example.com/v1",
+            "kind": "Greeting",
+            "metadata": {"name": name},
+        }},
+    })
+}

@@ -46,6 +46,15 @@ impl Process {
         (process, Lines::new(stderr))
     }
 
+    /// Spawns `command` with its stderr a pipe whose reading end is closed
+    /// at once: every write to it fails with EPIPE, as when whatever
+    /// collected the process's log has gone.
+    pub fn spawn_with_lost_stderr(command: &mut Command, name: &str) -> Self {
+        let mut process = Self::spawn(command.stderr(Stdio::piped()), name);
+        drop(process.child.stderr.take());
+        process
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -33,6 +33,16 @@ pub struct StandaloneKplug {
     /// How it was started, to restart it.
     binary: PathBuf,
     extra: Vec<String>,
+    log: Log,
+}
+
+/// Where a kplug process's log (stderr) goes.
+#[derive(Clone, Copy)]
+enum Log {
+    /// The test's own stderr.
+    Inherited,
+    /// Nowhere: see [`Process::spawn_with_lost_stderr`].
+    Lost,
 }
 
 impl StandaloneKplug {
@@ -47,6 +57,21 @@ impl StandaloneKplug {
         Self::start_in(state, extra)
     }
 
+    /// [`StandaloneKplug::start_with`], with kplug's log lost: see
+    /// [`Process::spawn_with_lost_stderr`].
+    pub fn start_with_lost_log(extra: &[&str]) -> Self {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
+        let binary = workspace_binary("kplug-apiserver");
+        Self::spawn(
+            &binary,
+            state,
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            extra,
+            Log::Lost,
+        )
+    }
+
     /// Starts kplug with its state in `state` (reused across restarts) and
     /// `extra` flags, logging `info,kplug_apiserver=debug` to stderr unless
     /// `extra` has `--log`; waits for the serving banner.
@@ -57,7 +82,13 @@ impl StandaloneKplug {
     /// As [`StandaloneKplug::start_in`], with another build of kplug.
     pub fn start_binary_in(binary: &Path, state: tempfile::TempDir, extra: &[&str]) -> Self {
         let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
-        Self::spawn(binary, state, ("127.0.0.1:0", "127.0.0.1:0"), extra)
+        Self::spawn(
+            binary,
+            state,
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            extra,
+            Log::Inherited,
+        )
     }
 
     /// Kills this kplug and starts the same build again with the same state
@@ -68,15 +99,16 @@ impl StandaloneKplug {
             self.api_address().to_string(),
             self.grpc_address().to_string(),
         );
-        let (binary, extra) = (
+        let (binary, extra, log) = (
             std::mem::take(&mut self.binary),
             std::mem::take(&mut self.extra),
+            self.log,
         );
         let state = std::mem::replace(
             &mut self.state,
             tempfile::tempdir().expect("a temporary directory"),
         );
-        Self::spawn(&binary, state, (&api, &grpc), extra)
+        Self::spawn(&binary, state, (&api, &grpc), extra, log)
     }
 
     /// A second kplug process with a copy of this one's state directory:
@@ -93,7 +125,8 @@ impl StandaloneKplug {
             }
         }
         let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
-        Self::spawn(&self.binary, state, ("127.0.0.1:0", "127.0.0.1:0"), extra)
+        let addresses = ("127.0.0.1:0", "127.0.0.1:0");
+        Self::spawn(&self.binary, state, addresses, extra, self.log)
     }
 
     fn spawn(
@@ -101,8 +134,9 @@ impl StandaloneKplug {
         state: tempfile::TempDir,
         (api, grpc): (&str, &str),
         extra: Vec<String>,
+        log: Log,
     ) -> Self {
-        let (process, stdout) = Process::spawn_with_stdout(
+        let (mut process, stdout) = Process::spawn_with_stdout(
             Command::new(binary)
                 .args(["standalone", "--state-dir"])
                 .arg(state.path())
@@ -110,9 +144,14 @@ impl StandaloneKplug {
                 .args(&extra)
                 .env("KPLUG_LOG", "info,kplug_apiserver=debug")
                 .stdin(Stdio::null())
-                .stderr(Stdio::inherit()),
+                .stderr(match log {
+                    Log::Inherited => Stdio::inherit(),
+                    Log::Lost => Stdio::piped(),
+                }),
             "kplug-apiserver standalone",
         );
+        // Piped only to be lost: the reading end closes here.
+        drop(process.child.stderr.take());
         let banner = stdout.wait_for(Duration::from_secs(30), "the serving banner", |l| {
             l.starts_with("kplug is serving")
         });
@@ -137,6 +176,7 @@ impl StandaloneKplug {
             admin_files: OnceLock::new(),
             binary: binary.to_owned(),
             extra,
+            log,
         }
     }
 
@@ -263,6 +303,15 @@ impl StandaloneKplug {
             self.plugin_command(name, extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit()),
+            name,
+        )
+    }
+
+    /// [`plugin`](Self::plugin), with its log lost (see
+    /// [`Process::spawn_with_lost_stderr`]).
+    pub fn plugin_with_lost_log(&self, name: &str, extra: &[&str]) -> Process {
+        Process::spawn_with_lost_stderr(
+            self.plugin_command(name, extra).stdout(Stdio::null()),
             name,
         )
     }
