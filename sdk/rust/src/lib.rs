@@ -87,6 +87,12 @@
 //! [`TraceParent::child`] of [`Request::trace_parent`] as their
 //! `traceparent`.
 //!
+//! A subscriber that writes to stderr should not report its own failed
+//! writes there (`tracing_subscriber::fmt().log_internal_errors(false)`, as
+//! the examples set it): its default reports them with `eprintln!`, which
+//! panics the task that was logging, a call among them, once whatever read
+//! the plugin's stderr has gone.
+//!
 //! # Heartbeating into kplug in cluster mode
 //!
 //! kplug's standalone registry takes plain gRPC (`http://`) from anyone on
