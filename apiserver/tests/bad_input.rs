@@ -285,16 +285,32 @@ fn invalid_heartbeats_are_refused_precisely_and_change_nothing() {
             ),
         ];
         for (request, expected) in cases {
-            let error = client
-                .heartbeat(request)
+            let called = client
+                .heartbeat(request.clone())
                 .await
                 .expect_err("invalid heartbeat");
-            assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
-            assert!(
-                error.message().contains(expected),
-                "{expected:?} not in {:?}",
-                error.message()
-            );
+            // On a stream, the same error ends the stream: the valid
+            // heartbeat behind it is never taken (only "owner" is listed
+            // at the end).
+            let streamed = client
+                .heartbeats(tokio_stream::iter([
+                    request,
+                    heartbeat("behind-invalid", "127.0.0.1:1"),
+                ]))
+                .await
+                .expect("a heartbeat stream")
+                .into_inner()
+                .message()
+                .await
+                .expect_err("invalid heartbeat on a stream");
+            for error in [called, streamed] {
+                assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+                assert!(
+                    error.message().contains(expected),
+                    "{expected:?} not in {:?}",
+                    error.message()
+                );
+            }
         }
 
         let unsupported = HeartbeatRequest {

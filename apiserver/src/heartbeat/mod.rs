@@ -5,16 +5,20 @@ mod log_budget;
 mod metrics;
 pub(crate) mod validate;
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::Stream;
 use jiff::Timestamp;
 use kplug_proto::v1alpha1::registry_server::{Registry as RegistryApi, RegistryServer};
 use kplug_proto::v1alpha1::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, PROTOCOL_VERSION,
     Protocol,
 };
-use tonic::{Request, Response, Status};
+use tokio::sync::watch;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status, Streaming};
 
 pub use metrics::HeartbeatMetrics;
 pub use validate::{FieldError, Invalid, declaration};
@@ -32,7 +36,8 @@ use metrics::Answer;
 /// What the server announces it can do, so plugins can adapt.
 /// "Instances": several processes may heartbeat under one plugin name,
 /// each with its own `instance` and address, and deregister alone.
-const SERVER_CAPABILITIES: &[&str] = &["Deregister", "Instances"];
+/// "HeartbeatStream": the `Heartbeats` call takes them on one stream.
+const SERVER_CAPABILITIES: &[&str] = &["Deregister", "Instances", "HeartbeatStream"];
 
 /// What an accepted heartbeat's answer carries of the plugin's identity.
 #[derive(Default)]
@@ -60,6 +65,9 @@ pub struct HeartbeatService {
     denials: Arc<Denials>,
     /// Log lines left for refusals.
     refusal_lines: Arc<LogBudget>,
+    /// Turns true at shutdown, when open heartbeat streams end; without
+    /// it they end only when their plugins end them.
+    closing: Option<watch::Receiver<bool>>,
 }
 
 /// A refused caller in gRPC's words; a review that could not be made is
@@ -93,7 +101,14 @@ impl HeartbeatService {
             metrics: HeartbeatMetrics::default(),
             denials: Arc::default(),
             refusal_lines: Arc::new(LogBudget::new(Instant::now())),
+            closing: None,
         }
+    }
+
+    /// Ends every open heartbeat stream when `closing` turns true.
+    pub fn with_closing(mut self, closing: watch::Receiver<bool>) -> Self {
+        self.closing = Some(closing);
+        self
     }
 
     /// Accepts only tokens issued for `audience` (empty: any).
@@ -114,17 +129,17 @@ impl HeartbeatService {
         self
     }
 
-    /// The identity allowed to heartbeat under `name`, in cluster mode.
-    async fn authorize<T>(
+    /// The identity allowed to heartbeat under `name`, in cluster mode,
+    /// from the token in a call's `metadata`.
+    async fn authorize(
         &self,
-        request: &Request<T>,
+        metadata: &MetadataMap,
         name: &str,
     ) -> Result<Option<String>, Status> {
         let Some(auth) = &self.auth else {
             return Ok(None);
         };
-        let token = request
-            .metadata()
+        let token = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split_once(' '))
@@ -269,19 +284,30 @@ impl HeartbeatService {
         }
     }
 
-    /// Takes one heartbeat: the answer for the metrics, and the reply.
+    /// Takes one heartbeat, sent on a call with `metadata`, and counts it.
     async fn take(
         &self,
-        request: Request<HeartbeatRequest>,
-    ) -> (Answer, Result<Response<HeartbeatResponse>, Status>) {
-        let registered_by = match self.authorize(&request, &request.get_ref().name).await {
+        metadata: &MetadataMap,
+        request: HeartbeatRequest,
+    ) -> Result<HeartbeatResponse, Status> {
+        let (answer, reply) = self.answer(metadata, request).await;
+        self.metrics.heartbeat(answer);
+        reply
+    }
+
+    /// One heartbeat's answer for the metrics, and its reply.
+    async fn answer(
+        &self,
+        metadata: &MetadataMap,
+        mut request: HeartbeatRequest,
+    ) -> (Answer, Result<HeartbeatResponse, Status>) {
+        let registered_by = match self.authorize(metadata, &request.name).await {
             Ok(registered_by) => registered_by,
             Err(status) => {
-                self.log_refusal(&request.get_ref().name, status.message());
+                self.log_refusal(&request.name, status.message());
                 return (rejection(&status), Err(status));
             }
         };
-        let mut request = request.into_inner();
         let certificate_request = std::mem::take(&mut request.certificate_request);
         let held_bundle = std::mem::take(&mut request.trust_bundle_sha256);
         let declaration = match declaration(request, &self.registry, registered_by) {
@@ -301,7 +327,7 @@ impl HeartbeatService {
                     REASON,
                     unsupported.to_string(),
                 );
-                return (Answer::Refused(REASON), Ok(Response::new(refusal)));
+                return (Answer::Refused(REASON), Ok(refusal));
             }
         };
         let name = declaration.name.clone();
@@ -315,7 +341,7 @@ impl HeartbeatService {
         match self.registry.heartbeat(declaration, Timestamp::now()) {
             Ok(accepted) => (
                 Answer::Accepted,
-                Ok(Response::new(HeartbeatResponse {
+                Ok(HeartbeatResponse {
                     accepted: true,
                     reason: String::new(),
                     message: String::new(),
@@ -328,13 +354,49 @@ impl HeartbeatService {
                     certificate_renew_after: identity
                         .renew_after
                         .and_then(|d| prost_types::Duration::try_from(d).ok()),
-                })),
+                }),
             ),
             Err(refusal) => {
                 self.log_refusal(&name, &format!("{}: {refusal}", refusal.reason()));
                 let reply = self.refusal(interval, refusal.reason(), refusal.to_string());
-                (Answer::Refused(refusal.reason()), Ok(Response::new(reply)))
+                (Answer::Refused(refusal.reason()), Ok(reply))
             }
+        }
+    }
+}
+
+/// An open `Heartbeats` call: what it was opened with and what comes on it.
+struct HeartbeatStream {
+    service: HeartbeatService,
+    metadata: MetadataMap,
+    inbound: Streaming<HeartbeatRequest>,
+    closing: Option<watch::Receiver<bool>>,
+}
+
+impl HeartbeatStream {
+    /// The answer to the next heartbeat, and the stream again unless that
+    /// answer ends it; `None` once the plugin ended it, its call broke or
+    /// kplug is closing.
+    async fn next(mut self) -> Option<(Result<HeartbeatResponse, Status>, Option<Self>)> {
+        let Self {
+            inbound, closing, ..
+        } = &mut self;
+        let closing = async {
+            match closing {
+                Some(closing) => drop(closing.wait_for(|closing| *closing).await),
+                None => std::future::pending().await,
+            }
+        };
+        let request = tokio::select! {
+            biased;
+            () = closing => return None,
+            request = inbound.message() => request,
+        };
+        // A broken call has no one to answer.
+        let request = request.ok()??;
+        match self.service.take(&self.metadata, request).await {
+            Ok(reply) => Some((Ok(reply), Some(self))),
+            Err(status) => Some((Err(status), None)),
         }
     }
 }
@@ -345,17 +407,33 @@ impl RegistryApi for HeartbeatService {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let (answer, reply) = self.take(request).await;
-        self.metrics.heartbeat(answer);
-        reply
+        let (metadata, _, request) = request.into_parts();
+        self.take(&metadata, request).await.map(Response::new)
+    }
+
+    type HeartbeatsStream = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, Status>> + Send>>;
+
+    async fn heartbeats(
+        &self,
+        request: Request<Streaming<HeartbeatRequest>>,
+    ) -> Result<Response<Self::HeartbeatsStream>, Status> {
+        let (metadata, _, inbound) = request.into_parts();
+        let open = HeartbeatStream {
+            service: self.clone(),
+            metadata,
+            inbound,
+            closing: self.closing.clone(),
+        };
+        let answers = futures::stream::unfold(Some(open), |open| async move { open?.next().await });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn deregister(
         &self,
         request: Request<DeregisterRequest>,
     ) -> Result<Response<DeregisterResponse>, Status> {
-        self.authorize(&request, &request.get_ref().name).await?;
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
+        self.authorize(&metadata, &request.name).await?;
         if request.name.is_empty() || request.address.is_empty() {
             return Err(Status::invalid_argument(
                 "invalid deregistration: name and address are required",

@@ -338,6 +338,7 @@ pub async fn run_standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         tls: None,
         app: tonic::service::Routes::new(
             HeartbeatService::new(core.registry.clone(), None)
+                .with_closing(core.state.closing.clone())
                 .with_metrics(core.heartbeat_metrics.clone())
                 .into_server(),
         )
@@ -422,6 +423,7 @@ pub async fn run_cluster(config: ClusterConfig) -> anyhow::Result<()> {
         tls: Some(grpc_tls),
         app: tonic::service::Routes::new(
             HeartbeatService::new(core.registry.clone(), Some(delegated.clone()))
+                .with_closing(core.state.closing.clone())
                 .with_token_audience(&config.plugin_token_audience)
                 .with_signer(signer)
                 .with_metrics(core.heartbeat_metrics.clone())

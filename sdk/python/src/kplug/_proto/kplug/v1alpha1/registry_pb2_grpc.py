@@ -39,6 +39,11 @@ class RegistryStub:
                 request_serializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Heartbeats = channel.stream_stream(
+                '/kplug.v1alpha1.Registry/Heartbeats',
+                request_serializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.Deregister = channel.unary_unary(
                 '/kplug.v1alpha1.Registry/Deregister',
                 request_serializer=kplug_dot_v1alpha1_dot_registry__pb2.DeregisterRequest.SerializeToString,
@@ -57,6 +62,21 @@ class RegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeats(self, request_iterator, context):
+        """The same heartbeats on one long-lived call: each request is taken as a
+        Heartbeat call would take it and answered by one response, in order.
+        The call's metadata (the token) is checked again for every request. A
+        request that a Heartbeat call would fail with a gRPC error ends the
+        call with that error; kplug also ends it, with OK, when it shuts down.
+        Either way the instance opens a new one. Sending each heartbeat as one
+        message on an open stream costs both sides a fraction of a call. kplug
+        announces it with the "HeartbeatStream" capability; a kplug before it
+        answers UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Deregister(self, request, context):
         """Removes the registration at once, e.g. on graceful shutdown, instead of
         waiting for its TTL to pass.
@@ -70,6 +90,11 @@ def add_RegistryServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
+                    request_deserializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.FromString,
+                    response_serializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Heartbeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.Heartbeats,
                     request_deserializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.FromString,
                     response_serializer=kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.SerializeToString,
             ),
@@ -104,6 +129,33 @@ class Registry:
             request,
             target,
             '/kplug.v1alpha1.Registry/Heartbeat',
+            kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.SerializeToString,
+            kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kplug.v1alpha1.Registry/Heartbeats',
             kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatRequest.SerializeToString,
             kplug_dot_v1alpha1_dot_registry__pb2.HeartbeatResponse.FromString,
             options,
