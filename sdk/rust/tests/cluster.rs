@@ -7,6 +7,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::Code;
 use tonic::transport::{Identity, ServerTlsConfig};
 
@@ -82,7 +84,9 @@ struct Policy {
     deny: u32,
 }
 
-/// Checks the `authorization` metadata as kplug in cluster mode does.
+/// Checks the `authorization` metadata as kplug in cluster mode does: on a
+/// stream, the stream's, for every heartbeat on it.
+#[derive(Clone)]
 struct FakeRegistry {
     policy: Arc<Mutex<Policy>>,
     interval: Duration,
@@ -120,13 +124,14 @@ impl FakeRegistry {
     }
 }
 
-#[tonic::async_trait]
-impl Registry for FakeRegistry {
-    async fn heartbeat(
+impl FakeRegistry {
+    /// The answer to a heartbeat of `name` that came with `token`.
+    #[allow(clippy::result_large_err)] // tonic's error type
+    fn answer(
         &self,
-        request: tonic::Request<HeartbeatRequest>,
-    ) -> Result<tonic::Response<HeartbeatResponse>, tonic::Status> {
-        let token = bearer(&request);
+        token: Option<String>,
+        name: &str,
+    ) -> Result<HeartbeatResponse, tonic::Status> {
         let _ = self.calls.send(Call::Heartbeat {
             token: token.clone(),
             at: Instant::now(),
@@ -137,18 +142,51 @@ impl Registry for FakeRegistry {
             if policy.deny > 0 {
                 policy.deny -= 1;
                 return Err(tonic::Status::permission_denied(format!(
-                    "system:serviceaccount:plugins:hello may not create plugins/heartbeat {:?}",
-                    request.get_ref().name
+                    "system:serviceaccount:plugins:hello may not create plugins/heartbeat {name:?}"
                 )));
             }
         }
-        Ok(tonic::Response::new(HeartbeatResponse {
+        Ok(HeartbeatResponse {
             accepted: true,
             interval: Some(self.interval.try_into().unwrap()),
             ttl: Some((self.interval * 3).try_into().unwrap()),
             uid: "uid-1".into(),
             ..Default::default()
-        }))
+        })
+    }
+}
+
+type Answers = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Registry for FakeRegistry {
+    async fn heartbeat(
+        &self,
+        request: tonic::Request<HeartbeatRequest>,
+    ) -> Result<tonic::Response<HeartbeatResponse>, tonic::Status> {
+        let token = bearer(&request);
+        self.answer(token, &request.get_ref().name)
+            .map(tonic::Response::new)
+    }
+
+    type HeartbeatsStream = Answers;
+
+    async fn heartbeats(
+        &self,
+        request: tonic::Request<tonic::Streaming<HeartbeatRequest>>,
+    ) -> Result<tonic::Response<Answers>, tonic::Status> {
+        let token = bearer(&request);
+        let fake = self.clone();
+        let mut ended = false;
+        let answers = request.into_inner().map_while(move |request| {
+            if ended {
+                return None;
+            }
+            let answer = request.and_then(|request| fake.answer(token.clone(), &request.name));
+            ended = answer.is_err();
+            Some(answer)
+        });
+        Ok(tonic::Response::new(Box::pin(answers)))
     }
 
     async fn deregister(
@@ -283,6 +321,19 @@ async fn tls_heartbeats_and_deregistration_carry_the_token() {
 
 #[tokio::test]
 async fn a_rotated_token_is_read_afresh() {
+    rotate_the_token(false).await;
+}
+
+/// As the kubelet rotates a projected token: the old one works until it
+/// expires. A heartbeat stream opened with it is replaced all the same.
+#[tokio::test]
+async fn a_rotated_token_is_used_while_the_old_one_still_works() {
+    rotate_the_token(true).await;
+}
+
+/// Heartbeats carry the token file's new token soon after it changes,
+/// whether or not the old one still works.
+async fn rotate_the_token(old_still_works: bool) {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
@@ -296,8 +347,11 @@ async fn a_rotated_token_is_read_afresh() {
     assert_eq!(server.heartbeat().await.0.as_deref(), Some("token-a"));
     assert_eq!(server.heartbeat().await.0.as_deref(), Some("token-a"));
 
-    // The kubelet rotates the token; the old one stops working.
-    server.policy.lock().unwrap().tokens = vec!["token-b".into()];
+    server.policy.lock().unwrap().tokens = if old_still_works {
+        vec!["token-a".into(), "token-b".into()]
+    } else {
+        vec!["token-b".into()]
+    };
     write_atomically(&token_file, "token-b");
     let mut seen = Vec::new();
     loop {
@@ -306,7 +360,8 @@ async fn a_rotated_token_is_read_afresh() {
             break;
         }
         seen.push(token);
-        assert!(seen.len() < 5, "the new token never came: {seen:?}");
+        // One heartbeat may have been on its way when the file changed.
+        assert!(seen.len() < 3, "the new token never came: {seen:?}");
     }
     client.stop().await;
     assert_eq!(server.deregistration().await.0.as_deref(), Some("token-b"));

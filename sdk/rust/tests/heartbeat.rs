@@ -7,7 +7,9 @@ mod support;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kplug_sdk::heartbeat::Outcome;
@@ -20,7 +22,8 @@ use kplug_test_support::free_port;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{Code, Request, Response};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Code, Request, Response, Streaming};
 
 use support::{Client, PATIENCE, assert_gaps_at_least};
 
@@ -30,6 +33,9 @@ enum Reply {
     Accept,
     Refuse,
     Fail,
+    /// Accepts, then ends the stream it came on (as kplug does when it
+    /// shuts down); a call is accepted.
+    AcceptAndEnd,
 }
 
 /// Something the fake registry received.
@@ -40,22 +46,25 @@ enum Call {
 }
 
 /// Answers heartbeats from a script, then accepts; reports every call.
+/// Takes heartbeats as calls and, with `streams`, on streams.
+#[derive(Clone)]
 struct FakeRegistry {
-    script: Mutex<VecDeque<Reply>>,
+    script: Arc<Mutex<VecDeque<Reply>>>,
     interval: Duration,
     calls: mpsc::UnboundedSender<Call>,
+    streams: bool,
+    streams_opened: Arc<AtomicUsize>,
 }
 
-#[tonic::async_trait]
-impl Registry for FakeRegistry {
-    async fn heartbeat(
+impl FakeRegistry {
+    /// The scripted answer to `request`, and whether it ends its stream.
+    fn answer(
         &self,
-        request: Request<HeartbeatRequest>,
-    ) -> Result<Response<HeartbeatResponse>, tonic::Status> {
-        let _ = self.calls.send(Call::Heartbeat(
-            Box::new(request.into_inner()),
-            Instant::now(),
-        ));
+        request: HeartbeatRequest,
+    ) -> (Result<HeartbeatResponse, tonic::Status>, bool) {
+        let _ = self
+            .calls
+            .send(Call::Heartbeat(Box::new(request), Instant::now()));
         let reply = self
             .script
             .lock()
@@ -63,23 +72,66 @@ impl Registry for FakeRegistry {
             .pop_front()
             .unwrap_or(Reply::Accept);
         let interval = Some(self.interval.try_into().unwrap());
+        let accepted = HeartbeatResponse {
+            accepted: true,
+            interval,
+            ttl: Some((self.interval * 3).try_into().unwrap()),
+            uid: "uid-1".into(),
+            ..Default::default()
+        };
         match reply {
-            Reply::Accept => Ok(Response::new(HeartbeatResponse {
-                accepted: true,
-                interval,
-                ttl: Some((self.interval * 3).try_into().unwrap()),
-                uid: "uid-1".into(),
-                ..Default::default()
-            })),
-            Reply::Refuse => Ok(Response::new(HeartbeatResponse {
-                accepted: false,
-                reason: "AddressConflict".into(),
-                message: "taken".into(),
-                interval,
-                ..Default::default()
-            })),
-            Reply::Fail => Err(tonic::Status::unavailable("injected failure")),
+            Reply::Accept => (Ok(accepted), false),
+            Reply::AcceptAndEnd => (Ok(accepted), true),
+            Reply::Refuse => (
+                Ok(HeartbeatResponse {
+                    accepted: false,
+                    reason: "AddressConflict".into(),
+                    message: "taken".into(),
+                    interval,
+                    ..Default::default()
+                }),
+                false,
+            ),
+            Reply::Fail => (Err(tonic::Status::unavailable("injected failure")), true),
         }
+    }
+}
+
+type Answers = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Registry for FakeRegistry {
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, tonic::Status> {
+        self.answer(request.into_inner()).0.map(Response::new)
+    }
+
+    type HeartbeatsStream = Answers;
+
+    async fn heartbeats(
+        &self,
+        request: Request<Streaming<HeartbeatRequest>>,
+    ) -> Result<Response<Answers>, tonic::Status> {
+        if !self.streams {
+            return Err(tonic::Status::unimplemented("no streams here"));
+        }
+        self.streams_opened.fetch_add(1, Ordering::SeqCst);
+        let fake = self.clone();
+        let mut ended = false;
+        let answers = request.into_inner().map_while(move |request| {
+            if ended {
+                return None;
+            }
+            let (answer, ends) = match request {
+                Ok(request) => fake.answer(request),
+                Err(status) => (Err(status), true),
+            };
+            ended = ends;
+            Some(answer)
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn deregister(
@@ -94,17 +146,31 @@ impl Registry for FakeRegistry {
 /// A fake registry served on `listener` until dropped.
 struct Server {
     calls: mpsc::UnboundedReceiver<Call>,
+    streams_opened: Arc<AtomicUsize>,
     _stop: oneshot::Sender<()>,
 }
 
 impl Server {
+    /// A registry that takes heartbeat streams, as kplug does.
     async fn start(listener: TcpListener, interval: Duration, script: Vec<Reply>) -> Self {
+        Self::start_with(listener, interval, script, true).await
+    }
+
+    async fn start_with(
+        listener: TcpListener,
+        interval: Duration,
+        script: Vec<Reply>,
+        streams: bool,
+    ) -> Self {
         let (calls_tx, calls) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel::<()>();
+        let streams_opened = Arc::new(AtomicUsize::new(0));
         let fake = FakeRegistry {
-            script: Mutex::new(script.into()),
+            script: Arc::new(Mutex::new(script.into())),
             interval,
             calls: calls_tx,
+            streams,
+            streams_opened: streams_opened.clone(),
         };
         tokio::spawn(
             tonic::transport::Server::builder()
@@ -113,7 +179,15 @@ impl Server {
                     let _ = stopped.await;
                 }),
         );
-        Self { calls, _stop: stop }
+        Self {
+            calls,
+            streams_opened,
+            _stop: stop,
+        }
+    }
+
+    fn streams_opened(&self) -> usize {
+        self.streams_opened.load(Ordering::SeqCst)
     }
 
     async fn next(&mut self) -> Call {
@@ -385,4 +459,77 @@ async fn invalid_registry_address_is_an_error() {
     .await
     .expect("run should fail at once");
     assert!(matches!(result, Err(Error::InvalidRegistryAddress { .. })));
+}
+
+#[tokio::test]
+async fn heartbeats_go_on_one_stream() {
+    let listener = listener().await;
+    let addr = listener.local_addr().unwrap();
+    let mut server = Server::start(listener, Duration::from_millis(50), vec![]).await;
+    let mut client = Client::start(Heartbeater::new(url(addr), info()));
+    for _ in 0..5 {
+        server.heartbeat().await;
+    }
+    client.wait_accepted().await;
+    assert_eq!(server.streams_opened(), 1);
+    client.stop().await;
+    assert_eq!(server.deregistration().await.name, "hello");
+}
+
+#[tokio::test]
+async fn a_stream_the_registry_ends_is_replaced_without_a_failure() {
+    let listener = listener().await;
+    let addr = listener.local_addr().unwrap();
+    // Every stream ends after its first answer, as a kplug shutting down
+    // ends them; the next heartbeat finds its stream ended.
+    let script = vec![Reply::AcceptAndEnd; 4];
+    let mut server = Server::start(listener, Duration::from_millis(50), script).await;
+    let mut client = Client::start(Heartbeater::new(url(addr), info()));
+    let mut watched = client.status.clone();
+    let saw_a_failure = tokio::spawn(async move {
+        let mut failed = false;
+        while watched.changed().await.is_ok() {
+            failed |= matches!(
+                watched.borrow_and_update().last,
+                Some(Outcome::Failed { .. })
+            );
+        }
+        failed
+    });
+    for _ in 0..5 {
+        server.heartbeat().await;
+    }
+    client.wait_accepted().await;
+    assert!(
+        server.streams_opened() >= 5,
+        "{} streams for five heartbeats, each answered on a stream that then ended",
+        server.streams_opened()
+    );
+    client.stop().await;
+    assert!(
+        !saw_a_failure.await.unwrap(),
+        "an ended stream was reported as a failed heartbeat"
+    );
+}
+
+#[tokio::test]
+async fn a_registry_without_streams_gets_a_call_each() {
+    let listener = listener().await;
+    let addr = listener.local_addr().unwrap();
+    let mut server = Server::start_with(
+        listener,
+        Duration::from_millis(50),
+        vec![Reply::Refuse],
+        false,
+    )
+    .await;
+    let mut client = Client::start(Heartbeater::new(url(addr), info()));
+    for _ in 0..3 {
+        server.heartbeat().await;
+    }
+    let status = client.wait_accepted().await;
+    assert_eq!(status.consecutive_failures, 0);
+    assert_eq!(server.streams_opened(), 0);
+    client.stop().await;
+    assert_eq!(server.deregistration().await.name, "hello");
 }

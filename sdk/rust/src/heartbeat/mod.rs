@@ -60,6 +60,7 @@ use crate::{Error, PluginInfo};
 use fleet::Fleet;
 use session::Phase;
 
+mod calls;
 mod endpoint;
 mod fleet;
 mod resolve;

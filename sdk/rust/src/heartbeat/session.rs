@@ -5,13 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kplug_proto::v1alpha1::registry_client::RegistryClient;
 use kplug_proto::v1alpha1::{DeregisterRequest, HeartbeatRequest, HeartbeatResponse};
 use tokio::sync::watch;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
+use super::calls::Calls;
 use super::status::{Outcome, Replica, Status};
 use super::timing::{backoff, jitter, positive};
 use super::token::TokenFile;
@@ -58,8 +59,7 @@ async fn sleep(delay: Option<Duration>) {
 /// The heartbeats to one replica.
 pub(super) struct Session {
     address: SocketAddr,
-    client: RegistryClient<Channel>,
-    endpoint: Endpoint,
+    calls: Calls,
     request: HeartbeatRequest,
     interval: Duration,
     token: Option<TokenFile>,
@@ -87,8 +87,7 @@ impl Session {
     ) -> Self {
         Self {
             address,
-            client: RegistryClient::new(endpoint.connect_lazy()),
-            endpoint,
+            calls: Calls::new(endpoint),
             request,
             interval,
             token,
@@ -198,17 +197,12 @@ impl Session {
             .send_modify(|status| status.update_replica(self.address, update));
     }
 
-    /// `message` as a request, with the token when there is one.
-    async fn request<T>(&mut self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        if let Some(token) = &mut self.token
-            && let Some(authorization) = token.authorization().await
-        {
-            request
-                .metadata_mut()
-                .insert("authorization", authorization);
+    /// The token's `authorization` header, when there is a token.
+    async fn authorization(&mut self) -> Option<AsciiMetadataValue> {
+        match &mut self.token {
+            Some(token) => token.authorization().await,
+            None => None,
         }
-        request
     }
 
     /// Sends one heartbeat and returns how long to wait for the next.
@@ -218,12 +212,12 @@ impl Session {
         if let Some(identity) = &self.identity {
             identity.stamp(&mut message);
         }
-        let request = self.request(message).await;
+        let authorization = self.authorization().await;
         // Until an answer says otherwise.
         self.unanswered = true;
-        let call = self.client.heartbeat(request);
+        let call = self.calls.heartbeat(message, authorization);
         match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(reply)) => self.answered(reply.into_inner()),
+            Ok(Ok(reply)) => self.answered(reply),
             Ok(Err(status))
                 if matches!(
                     status.code(),
@@ -234,9 +228,7 @@ impl Session {
             }
             Ok(Err(status)) => self.failed(status.code(), describe(&status)),
             Err(_) => {
-                // A connection whose peer vanished without closing it looks
-                // healthy to the channel forever; dial afresh instead.
-                self.client = RegistryClient::new(self.endpoint.connect_lazy());
+                self.calls.redial();
                 self.failed(
                     Code::DeadlineExceeded,
                     format!("no answer within {timeout:?}"),
@@ -373,11 +365,11 @@ impl Session {
             instance: self.request.instance.clone(),
         };
         let call = async {
-            let request = self.request(message).await;
-            self.client.deregister(request).await
+            let authorization = self.authorization().await;
+            self.calls.deregister(message, authorization).await
         };
         match tokio::time::timeout(DEREGISTER_TIMEOUT, call).await {
-            Ok(Ok(reply)) if reply.get_ref().removed => info!("deregistered from kplug"),
+            Ok(Ok(reply)) if reply.removed => info!("deregistered from kplug"),
             Ok(Ok(_)) => debug!("nothing to deregister"),
             Ok(Err(status)) => warn!(
                 code = ?status.code(),

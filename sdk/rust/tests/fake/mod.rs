@@ -1,5 +1,6 @@
 //! A fake kplug registry for the serve, instance, replica, shutdown and TLS
-//! tests: it records every call with when it came, optionally announces the
+//! tests: it records every call with when it came (heartbeats come as calls:
+//! it answers a stream UNIMPLEMENTED, as kplug before streams did), optionally announces the
 //! `Instances` capability, and can hold its answer to a draining heartbeat
 //! until the test lets it go. Every wait is bounded, so a hang fails.
 //! Beside it, a registry that never answers, and a plugin with nothing to
@@ -94,6 +95,18 @@ impl RegistryService for Fake {
             }),
             ..Default::default()
         }))
+    }
+
+    type HeartbeatsStream = tokio_stream::Empty<Result<HeartbeatResponse, tonic::Status>>;
+
+    /// Like a kplug from before heartbeat streams: heartbeats come as calls.
+    async fn heartbeats(
+        &self,
+        _: tonic::Request<tonic::Streaming<HeartbeatRequest>>,
+    ) -> Result<tonic::Response<Self::HeartbeatsStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented(
+            "a registry before heartbeat streams",
+        ))
     }
 
     async fn deregister(
