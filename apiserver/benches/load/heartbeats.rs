@@ -1,18 +1,22 @@
 //! Heartbeats per second: unchanged heartbeats to registered plugins (the
 //! steady state) and first registrations into an empty registry, from
-//! `CHANNELS` × `IN_FLIGHT_PER_CHANNEL` concurrent callers.
+//! `CHANNELS` × `IN_FLIGHT_PER_CHANNEL` concurrent callers, as a call each
+//! and as messages on streams.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use kplug_proto::v1alpha1::HeartbeatRequest;
 use kplug_proto::v1alpha1::registry_client::RegistryClient;
+use kplug_proto::v1alpha1::{HeartbeatRequest, HeartbeatResponse};
 use kplug_test_support::measure::{Latencies, own_cpu_time};
 use kplug_test_support::report::thousands;
 use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
 use tonic::transport::Channel;
 
 use crate::support::heartbeats::{connect_registry, declaration};
@@ -34,44 +38,83 @@ pub const ROUNDS: usize = 2;
 pub const CHANNELS: usize = 4;
 pub const IN_FLIGHT_PER_CHANNEL: usize = 64;
 
-/// Both variants for every build: `[steady, first]` per build, in build order.
+/// How heartbeats travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// A `Heartbeat` call each, as before streams and from the Python SDK.
+    Calls,
+    /// Messages on `Heartbeats` streams, one per in-flight slot, as the
+    /// Rust SDK sends them: one at a time, each after the last's answer.
+    Streams,
+}
+
+impl Way {
+    fn words(self) -> &'static str {
+        match self {
+            Way::Calls => "a call each",
+            Way::Streams => "on streams",
+        }
+    }
+}
+
+/// What a run's heartbeats were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Unchanged heartbeats of live plugins: the steady state.
+    Unchanged,
+    /// First registrations into an empty registry.
+    First,
+}
+
+/// Every variant for every build: unchanged heartbeats and first
+/// registrations, each as calls and on streams (for a build that takes
+/// streams).
 pub fn run(runtime: &Runtime, builds: &[Build]) -> Result<Vec<HeartbeatRun>> {
-    let mut runs: Vec<Option<HeartbeatRun>> = (0..builds.len() * 2).map(|_| None).collect();
-    let mut record = |build: usize, slot: usize, mut run: HeartbeatRun| {
+    let mut runs: Vec<HeartbeatRun> = Vec::new();
+    let mut record = |build: usize, mut run: HeartbeatRun| {
         run.build = build;
-        let index = build * 2 + slot;
-        runs[index] = Some(match runs[index].take() {
-            Some(earlier) => earlier.merge(run),
-            None => run,
-        });
+        match runs
+            .iter()
+            .position(|r| r.build == build && r.kind == run.kind && r.way == run.way)
+        {
+            Some(earlier) => {
+                let earlier = runs.swap_remove(earlier);
+                runs.push(earlier.merge(run));
+            }
+            None => runs.push(run),
+        }
     };
 
     let steady = heartbeat_requests(0..STEADY_PLUGINS);
     let servers: Vec<Server> = builds.iter().map(Build::start).collect();
+    let mut ways = Vec::with_capacity(builds.len());
     for server in &servers {
         eprintln!("registering {STEADY_PLUGINS} plugins");
         runtime.block_on(send_heartbeats(
             server,
-            "registration".to_owned(),
+            Way::Calls,
             steady.clone(),
             STEADY_PLUGINS,
         ))?;
+        ways.push(runtime.block_on(ways_taken(server))?);
     }
-    let variant = format!("unchanged ({} live plugins)", thousands(STEADY_PLUGINS));
     for round in 0..ROUNDS {
         for build in round_order(round, builds.len()) {
-            eprintln!(
-                "sending {} unchanged heartbeats to {}",
-                STEADY_HEARTBEATS / ROUNDS,
-                builds[build].label
-            );
-            let run = runtime.block_on(send_heartbeats(
-                &servers[build],
-                variant.clone(),
-                steady.clone(),
-                STEADY_HEARTBEATS / ROUNDS,
-            ))?;
-            record(build, 0, run);
+            for &way in &ways[build] {
+                eprintln!(
+                    "sending {} unchanged heartbeats to {}, {}",
+                    STEADY_HEARTBEATS / ROUNDS,
+                    builds[build].label,
+                    way.words()
+                );
+                let run = runtime.block_on(send_heartbeats(
+                    &servers[build],
+                    way,
+                    steady.clone(),
+                    STEADY_HEARTBEATS / ROUNDS,
+                ))?;
+                record(build, run.of(Kind::Unchanged));
+            }
         }
     }
     drop(servers);
@@ -79,21 +122,37 @@ pub fn run(runtime: &Runtime, builds: &[Build]) -> Result<Vec<HeartbeatRun>> {
     let first = heartbeat_requests(0..FIRST_REGISTRATIONS);
     for round in 0..ROUNDS {
         for build in round_order(round, builds.len()) {
-            let server = builds[build].start();
-            eprintln!(
-                "registering {FIRST_REGISTRATIONS} new plugins with {}",
-                builds[build].label
-            );
-            let run = runtime.block_on(send_heartbeats(
-                &server,
-                "first registrations (empty registry)".to_owned(),
-                first.clone(),
-                FIRST_REGISTRATIONS,
-            ))?;
-            record(build, 1, run);
+            for &way in &ways[build] {
+                let server = builds[build].start();
+                eprintln!(
+                    "registering {FIRST_REGISTRATIONS} new plugins with {}, {}",
+                    builds[build].label,
+                    way.words()
+                );
+                let run = runtime.block_on(send_heartbeats(
+                    &server,
+                    way,
+                    first.clone(),
+                    FIRST_REGISTRATIONS,
+                ))?;
+                record(build, run.of(Kind::First));
+            }
         }
     }
-    Ok(runs.into_iter().flatten().collect())
+    runs.sort_by_key(|run| (run.build, run.kind == Kind::First, run.way == Way::Streams));
+    Ok(runs)
+}
+
+/// The ways `server` takes heartbeats: calls, and streams unless it
+/// answers a stream `UNIMPLEMENTED` (a build from before them).
+async fn ways_taken(server: &Server) -> Result<Vec<Way>> {
+    let mut clients = connect_registry(server.grpc, 1).await?;
+    let client = clients.first_mut().context("a registry client")?;
+    match client.heartbeats(tokio_stream::empty()).await {
+        Ok(_) => Ok(vec![Way::Calls, Way::Streams]),
+        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(vec![Way::Calls]),
+        Err(status) => Err(status).context("opening a heartbeat stream"),
+    }
 }
 
 pub fn heartbeat_requests(indices: std::ops::Range<usize>) -> Arc<[HeartbeatRequest]> {
@@ -105,7 +164,8 @@ pub fn heartbeat_requests(indices: std::ops::Range<usize>) -> Arc<[HeartbeatRequ
 
 /// What one heartbeat run measured.
 pub struct HeartbeatRun {
-    pub variant: String,
+    pub kind: Kind,
+    pub way: Way,
     /// Index of the build in `main`'s list.
     pub build: usize,
     pub accepted: usize,
@@ -128,6 +188,22 @@ impl HeartbeatRun {
         }
     }
 
+    fn of(self, kind: Kind) -> Self {
+        Self { kind, ..self }
+    }
+
+    /// What the report calls this run.
+    pub fn variant(&self) -> String {
+        match self.kind {
+            Kind::Unchanged => format!(
+                "unchanged ({} live plugins), {}",
+                thousands(STEADY_PLUGINS),
+                self.way.words()
+            ),
+            Kind::First => format!("first registrations (empty registry), {}", self.way.words()),
+        }
+    }
+
     pub fn per_second(&self) -> f64 {
         self.accepted as f64 / self.elapsed.as_secs_f64()
     }
@@ -140,11 +216,11 @@ struct WorkerResult {
     latencies: Vec<Duration>,
 }
 
-/// Sends `total` heartbeats, cycling through `requests`, from
+/// Sends `total` heartbeats `way`, cycling through `requests`, from
 /// `CHANNELS` × `IN_FLIGHT_PER_CHANNEL` concurrent callers.
 pub async fn send_heartbeats(
     server: &Server,
-    variant: String,
+    way: Way,
     requests: Arc<[HeartbeatRequest]>,
     total: usize,
 ) -> Result<HeartbeatRun> {
@@ -156,7 +232,7 @@ pub async fn send_heartbeats(
     for client in &clients {
         for _ in 0..IN_FLIGHT_PER_CHANNEL {
             workers.spawn(heartbeat_worker(
-                client.clone(),
+                Sender::new(client.clone(), way),
                 requests.clone(),
                 next.clone(),
                 total,
@@ -174,7 +250,8 @@ pub async fn send_heartbeats(
         latencies.extend(result.latencies);
     }
     Ok(HeartbeatRun {
-        variant,
+        kind: Kind::Unchanged,
+        way,
         build: 0,
         accepted,
         elapsed,
@@ -184,9 +261,55 @@ pub async fn send_heartbeats(
     })
 }
 
+/// One in-flight slot's way to the registry.
+struct Sender {
+    client: RegistryClient<Channel>,
+    way: Way,
+    /// On streams: the slot's stream, opened by its first heartbeat, as a
+    /// plugin opens its stream with its first.
+    open: Option<(mpsc::Sender<HeartbeatRequest>, Streaming<HeartbeatResponse>)>,
+}
+
+impl Sender {
+    fn new(client: RegistryClient<Channel>, way: Way) -> Self {
+        Self {
+            client,
+            way,
+            open: None,
+        }
+    }
+
+    /// Sends `request` and reads its answer.
+    async fn send(&mut self, request: HeartbeatRequest) -> Result<HeartbeatResponse> {
+        if self.way == Way::Calls {
+            return Ok(self.client.heartbeat(request).await?.into_inner());
+        }
+        let (requests, answers) = match &mut self.open {
+            Some(open) => open,
+            None => {
+                let (requests, outbound) = mpsc::channel(1);
+                let answers = self
+                    .client
+                    .heartbeats(ReceiverStream::new(outbound))
+                    .await?
+                    .into_inner();
+                self.open.insert((requests, answers))
+            }
+        };
+        requests
+            .send(request)
+            .await
+            .context("the heartbeat stream was closed")?;
+        answers
+            .message()
+            .await?
+            .context("the heartbeat stream ended")
+    }
+}
+
 /// One in-flight slot: takes the next heartbeat number until `total` are sent.
 async fn heartbeat_worker(
-    mut client: RegistryClient<Channel>,
+    mut sender: Sender,
     requests: Arc<[HeartbeatRequest]>,
     next: Arc<AtomicUsize>,
     total: usize,
@@ -199,11 +322,10 @@ async fn heartbeat_worker(
         }
         let request = requests[number % requests.len()].clone();
         let sent = Instant::now();
-        let reply = client
-            .heartbeat(request)
+        let reply = sender
+            .send(request)
             .await
-            .with_context(|| format!("heartbeat {number} failed"))?
-            .into_inner();
+            .with_context(|| format!("heartbeat {number} failed"))?;
         result.latencies.push(sent.elapsed());
         ensure!(
             reply.accepted,

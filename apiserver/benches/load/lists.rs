@@ -7,7 +7,7 @@ use anyhow::{Context, Result, ensure};
 use kplug_test_support::measure::Latencies;
 use kplug_test_support::report::thousands;
 
-use crate::heartbeats::{heartbeat_requests, send_heartbeats};
+use crate::heartbeats::{Way, heartbeat_requests, send_heartbeats};
 use crate::support::{ApiClient, Server};
 
 /// Registry sizes at which lists and memory are measured.
@@ -102,7 +102,7 @@ pub async fn lists_and_memory(servers: &[Server]) -> Result<(Vec<ListRun>, Vec<M
         let requests = heartbeat_requests(registered..size);
         let total = requests.len();
         for server in servers {
-            send_heartbeats(server, "registration".to_owned(), requests.clone(), total).await?;
+            send_heartbeats(server, Way::Calls, requests.clone(), total).await?;
         }
         registered = size;
         tokio::time::sleep(SETTLE).await;

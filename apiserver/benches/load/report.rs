@@ -9,7 +9,7 @@ use kplug_test_support::report::{mib, ms, size, thousands, verdict};
 
 use crate::Build;
 use crate::crd_status::{CrdStatusRun, OBJECTS, WRITERS};
-use crate::heartbeats::{CHANNELS, HeartbeatRun, IN_FLIGHT_PER_CHANNEL, ROUNDS};
+use crate::heartbeats::{CHANNELS, HeartbeatRun, IN_FLIGHT_PER_CHANNEL, Kind, ROUNDS};
 use crate::lists::{LIST_REQUESTS, LIST_ROUNDS, LIST_WARMUP, ListRun, MemoryPoint, PLUGINS_PATH};
 
 /// Targets the report checks against (issue 10: lists from cached bytes).
@@ -52,7 +52,7 @@ pub fn print_heartbeats(builds: &[Build], runs: &[HeartbeatRun]) {
         let per_heartbeat = run.server_cpu.as_secs_f64() * 1e6 / run.accepted.max(1) as f64;
         println!(
             "| {} | {} | {} | {:.2} s | {} | {} | {} | {per_heartbeat:.1} µs | {:.1} s / {:.1} s | {} |",
-            run.variant,
+            run.variant(),
             builds[run.build].label,
             thousands(run.accepted),
             run.elapsed.as_secs_f64(),
@@ -71,14 +71,14 @@ pub fn print_heartbeats(builds: &[Build], runs: &[HeartbeatRun]) {
         for run in runs.iter().filter(|r| r.build == 0) {
             let Some(before) = runs
                 .iter()
-                .find(|r| r.build == 1 && r.variant == run.variant)
+                .find(|r| r.build == 1 && r.kind == run.kind && r.way == run.way)
             else {
                 continue;
             };
             let ratio = run.per_second() / before.per_second();
             println!(
                 "| {} | {ratio:.2} | {} |",
-                run.variant,
+                run.variant(),
                 verdict(ratio >= 1.0 / BASELINE_TOLERANCE)
             );
         }
@@ -193,12 +193,15 @@ pub fn print_against_crd_status(runs: &[HeartbeatRun], crd: &CrdStatusRun) {
     );
     println!("| kplug (current build) | Accepted/s | CRD status writes/s | Ratio | Target |");
     println!("|---|---:|---:|---:|---|");
-    let targets = [TARGET_UNCHANGED_RATIO, TARGET_FIRST_RATIO];
-    for (run, target) in runs.iter().filter(|r| r.build == 0).zip(targets) {
+    for run in runs.iter().filter(|r| r.build == 0) {
+        let target = match run.kind {
+            Kind::Unchanged => TARGET_UNCHANGED_RATIO,
+            Kind::First => TARGET_FIRST_RATIO,
+        };
         let ratio = run.per_second() / crd.per_second();
         println!(
             "| {} | {} | {} | {ratio:.1} | ≥ {target:.0}: {} |",
-            run.variant,
+            run.variant(),
             thousands(run.per_second() as usize),
             thousands(crd.per_second() as usize),
             verdict(ratio >= target),
@@ -219,7 +222,7 @@ pub fn plot_against_crd_status(
         .filter(|r| r.build == 0)
         .map(|run| {
             (
-                format!("kplug, {}", short_variant(&run.variant)),
+                format!("kplug, {}", short_variant(&run.variant())),
                 run.per_second(),
             )
         })
@@ -235,7 +238,10 @@ pub fn plot_against_crd_status(
     Ok(())
 }
 
-/// "unchanged (10,000 live plugins)" → "unchanged".
-fn short_variant(variant: &str) -> &str {
-    variant.split(" (").next().unwrap_or(variant)
+/// "unchanged (10,000 live plugins), on streams" → "unchanged, on streams".
+fn short_variant(variant: &str) -> String {
+    match (variant.split_once(" ("), variant.rsplit_once("), ")) {
+        (Some((kind, _)), Some((_, way))) => format!("{kind}, {way}"),
+        _ => variant.to_owned(),
+    }
 }
