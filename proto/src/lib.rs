@@ -2,12 +2,14 @@
 //! the trace context that travels with its calls, and the duration form
 //! both sides' command lines take.
 
+pub mod codec;
 pub mod duration;
 pub mod trace;
 
 /// Version `v1alpha1` of the contract.
 pub mod v1alpha1 {
-    tonic::include_proto!("kplug.v1alpha1");
+    include!(concat!(env!("OUT_DIR"), "/registry/kplug.v1alpha1.rs"));
+    include!(concat!(env!("OUT_DIR"), "/plugin/kplug.v1alpha1.rs"));
 
     /// The protocol version this crate implements.
     pub const PROTOCOL_VERSION: &str = "v1alpha1";

@@ -394,7 +394,11 @@ impl HeartbeatStream {
         };
         // A broken call has no one to answer.
         let request = request.ok()??;
-        match self.service.take(&self.metadata, request).await {
+        // Boxed: an open stream waits in this future for the life of its
+        // plugin instance, and taking a heartbeat (its review of the token
+        // among it) would make the future several KiB larger.
+        let taken = Box::pin(self.service.take(&self.metadata, request)).await;
+        match taken {
             Ok(reply) => Some((Ok(reply), Some(self))),
             Err(status) => Some((Err(status), None)),
         }
