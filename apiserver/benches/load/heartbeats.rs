@@ -145,7 +145,7 @@ pub fn run(runtime: &Runtime, builds: &[Build]) -> Result<Vec<HeartbeatRun>> {
 
 /// The ways `server` takes heartbeats: calls, and streams unless it
 /// answers a stream `UNIMPLEMENTED` (a build from before them).
-async fn ways_taken(server: &Server) -> Result<Vec<Way>> {
+pub async fn ways_taken(server: &Server) -> Result<Vec<Way>> {
     let mut clients = connect_registry(server.grpc, 1).await?;
     let client = clients.first_mut().context("a registry client")?;
     match client.heartbeats(tokio_stream::empty()).await {
@@ -261,8 +261,33 @@ pub async fn send_heartbeats(
     })
 }
 
-/// One in-flight slot's way to the registry.
-struct Sender {
+/// One stream per plugin of `requests`, each opened by the plugin's
+/// heartbeat, as plugin instances open theirs, spread over `connections`
+/// connections; they stay open until the senders are dropped.
+pub async fn open_streams(
+    server: &Server,
+    requests: &[HeartbeatRequest],
+    connections: usize,
+) -> Result<Vec<Sender>> {
+    let clients = connect_registry(server.grpc, connections).await?;
+    let mut open = Vec::with_capacity(requests.len());
+    for (request, client) in requests.iter().zip(clients.iter().cycle()) {
+        let mut sender = Sender::new(client.clone(), Way::Streams);
+        let reply = sender.send(request.clone()).await?;
+        ensure!(
+            reply.accepted,
+            "{} was refused on its stream: {}: {}",
+            request.name,
+            reply.reason,
+            reply.message
+        );
+        open.push(sender);
+    }
+    Ok(open)
+}
+
+/// One in-flight slot's way to the registry (or one plugin's stream).
+pub struct Sender {
     client: RegistryClient<Channel>,
     way: Way,
     /// On streams: the slot's stream, opened by its first heartbeat, as a

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, ensure};
 use kplug_test_support::measure::Latencies;
 use kplug_test_support::report::thousands;
 
-use crate::heartbeats::{Way, heartbeat_requests, send_heartbeats};
+use crate::heartbeats::{Way, heartbeat_requests, open_streams, send_heartbeats, ways_taken};
 use crate::support::{ApiClient, Server};
 
 /// Registry sizes at which lists and memory are measured.
@@ -59,6 +59,10 @@ static LIST_VARIANTS: [ListVariant; 3] = [
         limit: Some(KUBECTL_CHUNK),
     },
 ];
+
+/// The connections that carry the plugins' open heartbeat streams, at most
+/// 100 streams each (kplug takes 250 by default).
+const STREAM_CONNECTIONS: usize = 100;
 
 /// What one list variant measured on one build.
 pub struct ListRun {
@@ -124,6 +128,25 @@ pub async fn lists_and_memory(servers: &[Server]) -> Result<(Vec<ListRun>, Vec<M
         state: format!("{last} plugins, after the list runs"),
         rss_kib: rss(servers, false)?,
     });
+    let mut streaming = true;
+    for server in servers {
+        streaming &= ways_taken(server).await?.contains(&Way::Streams);
+    }
+    if streaming {
+        eprintln!("opening a heartbeat stream for each of the {registered} plugins");
+        let requests = heartbeat_requests(0..registered);
+        let mut held = Vec::with_capacity(servers.len());
+        for server in servers {
+            held.push(open_streams(server, &requests, STREAM_CONNECTIONS).await?);
+        }
+        tokio::time::sleep(SETTLE).await;
+        memory.push(MemoryPoint {
+            state: format!(
+                "{last} plugins with an open heartbeat stream each ({STREAM_CONNECTIONS} connections)"
+            ),
+            rss_kib: rss(servers, false)?,
+        });
+    }
     memory.push(MemoryPoint {
         state: "peak during the run (VmHWM)".to_owned(),
         rss_kib: rss(servers, true)?,

@@ -6,8 +6,9 @@
 //! 2. latency and size of `GET .../plugins` with 1,000 and 10,000 live
 //!    plugins, as JSON and as a server-side Table, over one HTTP/2 TLS
 //!    connection authenticated with the admin client certificate;
-//! 3. the server's resident memory, idle, with 1,000 and 10,000 plugins, and
-//!    after the list runs (over 200 lists of 10,000 plugins);
+//! 3. the server's resident memory, idle, with 1,000 and 10,000 plugins,
+//!    after the list runs (over 200 lists of 10,000 plugins), and with an
+//!    open heartbeat stream for each of the 10,000;
 //! 4. the same heartbeats written the way kplug replaces, as the status of a
 //!    custom resource through a real kube-apiserver and etcd
 //!    ([`crd_status`]), so that kplug's ratio to it comes from one run.
