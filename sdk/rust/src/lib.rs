@@ -111,7 +111,8 @@
 //!   projected token volume for the audience `plugins.kplug.io` (kplug
 //!   refuses tokens for other audiences), sent as `authorization: Bearer <token>` with
 //!   every heartbeat and the deregistration. It is reread every time, as
-//!   the kubelet rotates it; a missing or unreadable file is logged and the
+//!   the kubelet rotates it (a new token opens a new heartbeat stream,
+//!   see [`heartbeat`]); a missing or unreadable file is logged and the
 //!   heartbeat goes out without a token.
 //!
 //! ```text

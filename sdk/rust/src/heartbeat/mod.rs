@@ -4,6 +4,14 @@
 //! never gives up on an unreachable or refusing registry; it retries and
 //! reports what happens through [`Status`].
 //!
+//! Heartbeats to each replica go as messages on one `Registry.Heartbeats`
+//! stream, which costs kplug and the plugin a fraction of a call each. A
+//! stream that kplug ended (it does when it shuts down) or whose
+//! connection broke between two heartbeats is replaced at the next one,
+//! without counting as a failure; a new token opens a new stream, as kplug
+//! checks the stream's token for every heartbeat on it. A kplug from before
+//! streams answers `UNIMPLEMENTED`, and then gets a `Heartbeat` call each.
+//!
 //! Against kplug in cluster mode, heartbeats go over TLS
 //! ([`Heartbeater::registry_ca`]) and carry a Kubernetes ServiceAccount token
 //! ([`Heartbeater::token_file`]); see [`Config`](crate::Config) for the
