@@ -95,8 +95,12 @@ impl Calls {
                 Err(status) => return Err(status),
             }
         }
-        let mut answer = self.exchange(message.clone()).await;
-        if opened_before && worth_a_new_call(&answer) {
+        // Kept for one more try only where one may come.
+        let again = opened_before.then(|| message.clone());
+        let mut answer = self.exchange(message).await;
+        if let Some(message) = again
+            && worth_a_new_call(&answer)
+        {
             debug!("the heartbeat stream had ended; opening another");
             self.open = Some(self.open(authorization).await?);
             answer = self.exchange(message).await;
