@@ -7,7 +7,6 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,11 +20,10 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::{Stream, StreamExt};
 use tonic::Code;
 use tonic::transport::{Identity, ServerTlsConfig};
 
-use support::{Client, PATIENCE, assert_gaps_at_least};
+use support::{Answers, Client, PATIENCE, answer_each, assert_gaps_at_least};
 
 /// kplug's message for a call without a token.
 const NO_TOKEN: &str = "a ServiceAccount token is required";
@@ -156,8 +154,6 @@ impl FakeRegistry {
     }
 }
 
-type Answers = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, tonic::Status>> + Send>>;
-
 #[tonic::async_trait]
 impl Registry for FakeRegistry {
     async fn heartbeat(
@@ -177,16 +173,10 @@ impl Registry for FakeRegistry {
     ) -> Result<tonic::Response<Answers>, tonic::Status> {
         let token = bearer(&request);
         let fake = self.clone();
-        let mut ended = false;
-        let answers = request.into_inner().map_while(move |request| {
-            if ended {
-                return None;
-            }
-            let answer = request.and_then(|request| fake.answer(token.clone(), &request.name));
-            ended = answer.is_err();
-            Some(answer)
+        let answers = answer_each(request.into_inner(), move |request| {
+            (fake.answer(token.clone(), &request.name), false)
         });
-        Ok(tonic::Response::new(Box::pin(answers)))
+        Ok(tonic::Response::new(answers))
     }
 
     async fn deregister(

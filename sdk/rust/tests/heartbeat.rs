@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,10 +21,9 @@ use kplug_test_support::free_port;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Streaming};
 
-use support::{Client, PATIENCE, assert_gaps_at_least};
+use support::{Answers, Client, PATIENCE, answer_each, assert_gaps_at_least};
 
 /// What the fake does with one heartbeat.
 #[derive(Clone)]
@@ -97,8 +95,6 @@ impl FakeRegistry {
     }
 }
 
-type Answers = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, tonic::Status>> + Send>>;
-
 #[tonic::async_trait]
 impl Registry for FakeRegistry {
     async fn heartbeat(
@@ -119,19 +115,8 @@ impl Registry for FakeRegistry {
         }
         self.streams_opened.fetch_add(1, Ordering::SeqCst);
         let fake = self.clone();
-        let mut ended = false;
-        let answers = request.into_inner().map_while(move |request| {
-            if ended {
-                return None;
-            }
-            let (answer, ends) = match request {
-                Ok(request) => fake.answer(request),
-                Err(status) => (Err(status), true),
-            };
-            ended = ends;
-            Some(answer)
-        });
-        Ok(Response::new(Box::pin(answers)))
+        let answers = answer_each(request.into_inner(), move |request| fake.answer(request));
+        Ok(Response::new(answers))
     }
 
     async fn deregister(

@@ -1,13 +1,44 @@
 //! What the heartbeat tests share, whatever fake registry they run against:
-//! a heartbeat loop in the background and the checks on its timing. Kept
+//! a heartbeat loop in the background, the checks on its timing, and a
+//! fake's answers on a heartbeat stream. Kept
 //! here rather than in kplug-test-support, which does not depend on the SDK.
 
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use kplug_sdk::heartbeat::Outcome;
+use kplug_sdk::proto::v1alpha1::{HeartbeatRequest, HeartbeatResponse};
 use kplug_sdk::{Error, Heartbeater, Status};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_stream::{Stream, StreamExt};
+use tonic::Streaming;
+
+/// A fake registry's answers on a `Heartbeats` stream.
+pub type Answers = Pin<Box<dyn Stream<Item = Result<HeartbeatResponse, tonic::Status>> + Send>>;
+
+/// Answers each heartbeat on `inbound` with `answer`, which also says
+/// whether the stream ends after it; it ends after an error too, as kplug's
+/// does.
+pub fn answer_each(
+    inbound: Streaming<HeartbeatRequest>,
+    mut answer: impl FnMut(HeartbeatRequest) -> (Result<HeartbeatResponse, tonic::Status>, bool)
+    + Send
+    + 'static,
+) -> Answers {
+    let mut ended = false;
+    Box::pin(inbound.map_while(move |request| {
+        if ended {
+            return None;
+        }
+        let (reply, ends) = match request {
+            Ok(request) => answer(request),
+            Err(status) => (Err(status), true),
+        };
+        ended = ends || reply.is_err();
+        Some(reply)
+    }))
+}
 
 /// Bounds every wait; far above anything a healthy run needs.
 pub const PATIENCE: Duration = Duration::from_secs(10);
