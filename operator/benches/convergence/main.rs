@@ -32,6 +32,10 @@
 //!    served meanwhile (its `apiserver_request_total`) show what one object
 //!    costs.
 //!
+//! Then what an object writes, from the audit log (`writes`), and the
+//! operator's own requests for an object replayed by the bench without the
+//! operator, with and without the watches of its run (`replay`).
+//!
 //! Per phase it reads the CPU time of every process from `/proc`, and the
 //! machine's, to tell how much other processes took.
 //!
@@ -47,6 +51,7 @@
 
 mod in_cluster;
 mod phases;
+mod replay;
 mod report;
 mod watch;
 mod writes;
@@ -237,6 +242,9 @@ fn main() -> Result<()> {
         &audit,
     ))?;
     results.phases.append(&mut writes.phases);
+    let mut replays =
+        runtime.block_on(replay::measure(&cluster.kubeconfig(), &processes, counts))?;
+    results.phases.append(&mut replays.phases);
     let log = OperatorLog::read(&log_path)?;
 
     print_report(&Report {
@@ -266,6 +274,7 @@ fn main() -> Result<()> {
         },
     })?;
     writes_report::print(&results, &writes);
+    writes_report::print_replays(&results, &replays);
     Ok(())
 }
 

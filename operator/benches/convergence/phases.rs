@@ -89,6 +89,16 @@ pub struct Results {
     pub quiet_waits: Vec<Duration>,
 }
 
+impl Results {
+    /// The time the writes and the reconcile of `counts.objects` objects
+    /// take at the raw rates: two creates (the object and its Event), a
+    /// patch (the finalizer, at the merge patches' rate), a status apply and
+    /// a reconcile each.
+    pub fn bound(&self) -> Duration {
+        self.creates * 2 + self.merge_status_writes + self.apply_status_writes + self.reconciles
+    }
+}
+
 pub struct Convergence {
     /// From the first create until every object was seen Ready.
     pub elapsed: Duration,
@@ -145,40 +155,7 @@ pub async fn measure(
     let apply_to_ready = Latencies::new(samples);
 
     // 2a. The operator's calls, one at a time, without the operator.
-    let api_selector = ApiSelector {
-        group: GROUP.to_owned(),
-        resource: PLURAL.to_owned(),
-        version: String::new(),
-    };
-    let reconcile_once = |object: DynamicObject| {
-        let delegator = Delegator::through_kube_apiserver(client.clone());
-        let api_selector = &api_selector;
-        async move {
-            let answer = call(
-                "create reconciles",
-                delegator.delegate(&Delegation {
-                    operation: Operation::Reconcile,
-                    api: api_selector,
-                    object: &object,
-                    extensions: &[],
-                    preferred_implementation: Some(HELLO.to_owned()),
-                    required_implementation: None,
-                    version_constraint: None,
-                    timeout: REQUEST_TIMEOUT,
-                    traceparent: None,
-                    observed_children: &[],
-                    child_scope: Default::default(),
-                }),
-            )
-            .await?;
-            ensure!(
-                answer.success,
-                "the plugin failed {}: {answer:?}",
-                object.name_any()
-            );
-            Ok(())
-        }
-    };
+    let reconcile_once = |object| reconcile_once(&client, object);
     let merge = json!({"status": {"greeting": "x"}});
     let apply = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
@@ -414,6 +391,40 @@ pub async fn converge(
         ready_after,
         per_object: Latencies::new(per_object),
     })
+}
+
+/// One `create reconciles` of `object` through kube-apiserver and kplug, as
+/// the operator sends it (the hello plugin preferred); fails unless the
+/// plugin succeeded.
+pub async fn reconcile_once(client: &Client, object: DynamicObject) -> Result<()> {
+    let api = ApiSelector {
+        group: GROUP.to_owned(),
+        resource: PLURAL.to_owned(),
+        version: String::new(),
+    };
+    let answer = call(
+        "create reconciles",
+        Delegator::through_kube_apiserver(client.clone()).delegate(&Delegation {
+            operation: Operation::Reconcile,
+            api: &api,
+            object: &object,
+            extensions: &[],
+            preferred_implementation: Some(HELLO.to_owned()),
+            required_implementation: None,
+            version_constraint: None,
+            timeout: REQUEST_TIMEOUT,
+            traceparent: None,
+            observed_children: &[],
+            child_scope: Default::default(),
+        }),
+    )
+    .await?;
+    ensure!(
+        answer.success,
+        "the plugin failed {}: {answer:?}",
+        object.name_any()
+    );
+    Ok(())
 }
 
 /// Waits until kube-apiserver has been quiet for `QUIET_WINDOW`, using

@@ -173,9 +173,7 @@ pub fn print_report(report: &Report<'_>) -> Result<()> {
         thousands(objects),
     );
     let merge_rate = rate(objects, r.merge_status_writes);
-    // Per object: its create, the finalizer patch, the status apply and the
-    // Event (a create), and one reconcile call.
-    let bound = r.creates * 2 + r.merge_status_writes + r.apply_status_writes + r.reconciles;
+    let bound = r.bound();
     println!("| Run | Objects | Elapsed | Per second | Ratio to raw status writes/s |");
     println!("|---|---:|---:|---:|---:|");
     for (what, elapsed) in [

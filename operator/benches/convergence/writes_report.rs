@@ -8,6 +8,7 @@ use kplug_test_support::audit::Writes;
 use kplug_test_support::report::{seconds, thousands};
 
 use crate::phases::{Convergence, Results};
+use crate::replay::Replays;
 use crate::report::{latency_header, latency_row};
 use crate::writes::{CHILDREN_PER_OBJECT, WriteResults};
 use crate::{IN_FLIGHT, NAMESPACE};
@@ -180,5 +181,55 @@ fn print_children(results: &Results, more: &WriteResults) {
         parents / bound_rate,
         thousands(parents.round() as usize),
         thousands(bound_rate.round() as usize),
+    );
+}
+
+/// The operator's own requests replayed by the bench (`replay`), against
+/// the bound and the operator's run.
+pub fn print_replays(results: &Results, replays: &Replays) {
+    let objects = results.counts.objects;
+    println!("### The operator's requests, replayed without it\n");
+    println!(
+        "What the bound leaves out. The bench copies what the operator wrote for one object of \
+         the latency run (its finalizers, its status apply of {} bytes with its field manager, \
+         its Event) and sends the same requests for {} new objects in the operator's order \
+         (create, the finalizer's JSON patch, `create reconciles`, the status apply, the Event), \
+         {IN_FLIGHT} objects in flight: once with no watch on their namespace, once with two \
+         watches open on it, as the operator's run has (the operator's and the bench's). \
+         kube-apiserver's CPU per object in each is in the CPU table above.\n",
+        replays.status_bytes,
+        thousands(objects),
+    );
+    let bound = rate(objects, results.bound());
+    let watched = rate(objects, replays.watched);
+    println!(
+        "| Run, {} objects, {IN_FLIGHT} in flight | Elapsed | Per second | Ratio to the bound |",
+        thousands(objects)
+    );
+    println!("|---|---:|---:|---:|");
+    for (what, elapsed) in [
+        (
+            "*bound: 4 writes and 1 reconcile at the raw rates*",
+            results.bound(),
+        ),
+        (
+            "the operator's requests replayed, no watch",
+            replays.unwatched,
+        ),
+        ("**the same, two watches open**", replays.watched),
+        ("**through the operator**", results.convergence.elapsed),
+    ] {
+        let per_second = rate(objects, elapsed);
+        println!(
+            "| {what} | {} | {} | {:.2} |",
+            seconds(elapsed),
+            thousands(per_second.round() as usize),
+            per_second / bound,
+        );
+    }
+    println!(
+        "\nThe operator converges at {:.2} of the rate of its own requests sent without it, with \
+         the same watches open.\n",
+        rate(objects, results.convergence.elapsed) / watched,
     );
 }
