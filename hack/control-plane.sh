@@ -17,7 +17,8 @@
 # KPLUG_SA_{SIGNING_KEY,PUBLIC_KEY,ISSUER}, KPLUG_API_AUDIENCES,
 # KPLUG_SERVICE_CIDR, KPLUG_START_MS. Logs: DIR/etcd.log, DIR/kube-apiserver.log;
 # the exact kube-apiserver command line: DIR/kube-apiserver.args.
-# KPLUG_CP_APISERVER_EXTRA_ARGS adds (word-split) kube-apiserver flags.
+# KPLUG_CP_APISERVER_EXTRA_ARGS adds (word-split) kube-apiserver flags, after
+# the script's own, so that they win (e.g. --profiling=true).
 # The kube-apiserver binary comes from $KUBE_APISERVER if set, else from
 # hack/kube-build.sh (cached build; builds it if missing).
 # No controller-manager or scheduler runs: create ServiceAccounts yourself.
@@ -117,10 +118,10 @@ cmd_start() {
     --service-cluster-ip-range="$SERVICE_CIDR"
     --endpoint-reconciler-type=none
   )
+  mapfile -t -O "${#args[@]}" args < <(kube_apiserver_pki_args)
   local extra=()
   read -ra extra <<<"${KPLUG_CP_APISERVER_EXTRA_ARGS:-}"
   args+=("${extra[@]}")
-  mapfile -t -O "${#args[@]}" args < <(kube_apiserver_pki_args)
   printf '%s\n' "$bin" "${args[@]}" >"$DIR/kube-apiserver.args"
   log "starting kube-apiserver on $api_url"
   (detach "$bin" "${args[@]}") </dev/null >"$DIR/kube-apiserver.log" 2>&1 &

@@ -41,8 +41,13 @@ impl ControlPlane {
             applied: AtomicUsize::new(0),
         };
         let mut script = Command::new(repo_root().join("hack/control-plane.sh"));
-        if !apiserver_args.is_empty() {
-            script.env("KPLUG_CP_APISERVER_EXTRA_ARGS", apiserver_args.join(" "));
+        // Flags from the environment (hack/profile-convergence.sh's) stay.
+        let extra = std::env::var("KPLUG_CP_APISERVER_EXTRA_ARGS")
+            .into_iter()
+            .chain(apiserver_args.iter().cloned())
+            .collect::<Vec<_>>();
+        if !extra.is_empty() {
+            script.env("KPLUG_CP_APISERVER_EXTRA_ARGS", extra.join(" "));
         }
         let status = script
             .arg("start")
