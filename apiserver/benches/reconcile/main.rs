@@ -12,8 +12,12 @@
 //!   tonic channel, with `object` the same JSON bytes and the same deadline
 //!   that kplug passes.
 //!
+//! - **through a relay** (one call at a time only): the floor of any proxy
+//!   here, TLS and HTTP/2 in and the gRPC call out with nothing between
+//!   (`relay`).
+//!
 //! It measures p50 and p99 latency with one call in flight, alternating the
-//! two routes in rounds, and throughput with `IN_FLIGHT` calls in flight over
+//! routes in rounds, and throughput with `IN_FLIGHT` calls in flight over
 //! one and over four connections, with the CPU time each process spent.
 //!
 //! Both routes include the plugin's own time, which is mostly waiting: the
@@ -34,6 +38,7 @@
 //! && cargo bench -p kplug-apiserver --bench reconcile`.
 
 mod payload;
+mod relay;
 mod report;
 mod route;
 #[path = "../support/mod.rs"]
@@ -51,11 +56,13 @@ use kplug_test_support::target_binary;
 use tokio::task::JoinSet;
 
 use payload::{PAYLOADS, Payload};
+use relay::Relay;
 use report::{LatencyRun, Report, ThroughputRun};
 use route::{Call, Caller, Deployment, Route, check_routes, connect_plugin};
+use rustls::pki_types::ServerName;
 use support::{
-    ApiClient, BASELINE_VARIABLE, STARTUP_TIMEOUT, Server, baseline_from_env, join_all,
-    print_machine,
+    ApiClient, BASELINE_VARIABLE, STARTUP_TIMEOUT, Server, admin_tls_config, baseline_from_env,
+    join_all, print_machine,
 };
 
 /// Builds both binaries measured here.
@@ -172,6 +179,14 @@ async fn run(
             current.plugin.address
         )
     })?;
+    let relay = Relay::start(&current.server.kplug, current.plugin.address).await?;
+    let relayed = ApiClient::connect_with(
+        relay.address,
+        ServerName::IpAddress(relay.address.ip().into()),
+        admin_tls_config(&current.server.kplug)?,
+        http::HeaderMap::new(),
+    )
+    .await?;
     let mut earlier = match baseline {
         Some((deployment, _)) => Some(ApiClient::connect(&deployment.server).await?),
         None => None,
@@ -201,6 +216,7 @@ async fn run(
         let mut callers = vec![
             (Route::Kplug, Caller::Kplug(kplug.clone())),
             (Route::Direct, Caller::Direct(direct.clone())),
+            (Route::Relay, Caller::Relay(relayed.clone())),
         ];
         if let Some(earlier) = &earlier {
             callers.push((Route::Baseline, Caller::Kplug(earlier.clone())));
@@ -262,6 +278,8 @@ pub struct Sequential {
     pub direct: Latencies,
     /// Through the baseline build, when there is one.
     pub baseline: Option<Latencies>,
+    /// Through the relay: the floor of any proxy here.
+    pub relay: Latencies,
     /// Through kplug: how long kplug's gRPC call to the plugin took.
     pub plugin_call: Latencies,
     /// Through kplug: the rest, i.e. the answer's latency less kplug's gRPC
@@ -322,6 +340,7 @@ async fn sequential(callers: &mut [(Route, Caller)], payload: &Payload) -> Resul
         kplug: take(Route::Kplug).context("no calls through kplug")?,
         direct: take(Route::Direct).context("no direct calls")?,
         baseline: take(Route::Baseline),
+        relay: take(Route::Relay).context("no calls through the relay")?,
         plugin_call: Latencies::new(plugin_call),
         outside_plugin_call: Latencies::new(outside_plugin_call),
         stages: stages

@@ -86,6 +86,44 @@ fn signed_micros(seconds: f64) -> String {
 }
 
 impl Report {
+    /// The relay's latency, in the same rounds: the floor of a proxy that
+    /// only terminates TLS and HTTP/2 and makes the gRPC call.
+    fn print_relay(&self) {
+        println!(
+            "The floor of any proxy here: in the same rounds, a relay in the bench's process (its \
+                 own Tokio runtime, two workers) that terminates TLS and HTTP/2 as kplug does, with \
+                 kplug's certificate and the admin's verified, passes the body to the plugin as \
+                 `object` in one gRPC call and answers with the plugin's `objectStatus`: two hops \
+                 and nothing between them.\n"
+        );
+        println!(
+            "| Object | relay p50 | relay p99 | relay p50 ÷ direct p50 | kplug p50 ÷ relay p50 |"
+        );
+        println!("|---|---:|---:|---:|---:|");
+        for run in &self.latency {
+            let latencies = &run.latencies;
+            let relay = latencies
+                .relay
+                .percentile(50.0)
+                .as_secs_f64()
+                .max(f64::EPSILON);
+            println!(
+                "| {} | {} | {} | {:.2} | {:.2} |",
+                run.payload,
+                micros(latencies.relay.percentile(50.0)),
+                micros(latencies.relay.percentile(99.0)),
+                relay
+                    / latencies
+                        .direct
+                        .percentile(50.0)
+                        .as_secs_f64()
+                        .max(f64::EPSILON),
+                latencies.kplug.percentile(50.0).as_secs_f64() / relay,
+            );
+        }
+        println!();
+    }
+
     /// Each payload's calls through kplug by the stages of their
     /// `Server-Timing`, beside the direct call.
     fn print_stages(&self) {
@@ -200,6 +238,7 @@ impl Report {
             micros(self.floor.percentile(99.0)),
             thousands(self.floor.len()),
         );
+        self.print_relay();
 
         println!(
             "### Throughput, {IN_FLIGHT} in flight\n\n{IN_FLIGHT} concurrent callers spread over \

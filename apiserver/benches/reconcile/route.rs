@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use bytes::Bytes;
 use http::StatusCode;
 use kplug_proto::v1alpha1::ReconcileRequest;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
@@ -97,6 +98,8 @@ pub enum Route {
     /// Through the earlier build of kplug.
     Baseline,
     Direct,
+    /// Through the relay (`relay`): TLS and HTTP/2 in, the gRPC call out.
+    Relay,
 }
 
 impl Route {
@@ -105,6 +108,7 @@ impl Route {
             Self::Kplug => "through kplug",
             Self::Baseline => "through kplug (baseline)",
             Self::Direct => "direct",
+            Self::Relay => "through a relay",
         }
     }
 }
@@ -114,7 +118,11 @@ impl Route {
 pub enum Caller {
     Kplug(ApiClient),
     Direct(PluginClient<Channel>),
+    Relay(ApiClient),
 }
+
+/// The relay's path: any path is relayed.
+const RELAY_PATH: &str = "/reconcile";
 
 /// The parts of kplug's answer that are checked.
 #[derive(Deserialize)]
@@ -158,6 +166,7 @@ impl Caller {
                 Self::Kplug(ApiClient::connect(&deployment.server).await?)
             }
             Route::Direct => Self::Direct(connect_plugin(deployment.plugin.address).await?),
+            Route::Relay => bail!("the relay is connected to by its address"),
         })
     }
 
@@ -208,21 +217,8 @@ impl Caller {
                 })
             }
             Self::Direct(client) => {
-                let mut request = tonic::Request::new(ReconcileRequest {
-                    // Same length as kplug's UUIDs.
-                    operation_id: format!("00000000-0000-4000-8000-{number:012x}"),
-                    dry_run: false,
-                    object: payload.object.clone().into(),
-                    extensions: Vec::new(),
-                    timeout: prost_types::Duration::try_from(RECONCILE_TIMEOUT).ok(),
-                    // What kplug sends for the bench's client: the same bytes.
-                    caller: Some(kplug_proto::v1alpha1::UserInfo {
-                        username: STANDALONE_ADMIN.to_owned(),
-                        groups: vec!["system:masters".to_owned()],
-                        extra: Default::default(),
-                    }),
-                    ..ReconcileRequest::default()
-                });
+                let mut request =
+                    tonic::Request::new(plugin_request(payload.object.clone().into(), number));
                 request.set_timeout(RECONCILE_TIMEOUT);
                 let started = Instant::now();
                 let reply = tokio::time::timeout(REQUEST_TIMEOUT, client.reconcile(request))
@@ -241,7 +237,51 @@ impl Caller {
                     stages: Vec::new(),
                 })
             }
+            Self::Relay(relay) => {
+                let object = Bytes::from(payload.object.clone());
+                let started = Instant::now();
+                let (status, body) = relay.post_json(RELAY_PATH, object).await?;
+                let elapsed = started.elapsed();
+                ensure!(
+                    status == StatusCode::OK,
+                    "reconcile {number} through the relay: {status}: {}",
+                    String::from_utf8_lossy(&body)
+                );
+                if check {
+                    let status: Value =
+                        serde_json::from_slice(&body).context("the relayed objectStatus")?;
+                    ensure!(
+                        status["greeting"] == format!("hello, {OBJECT_NAME}").as_str(),
+                        "reconcile {number} through the relay: {status}"
+                    );
+                }
+                Ok(Call {
+                    elapsed,
+                    plugin_call: None,
+                    stages: Vec::new(),
+                })
+            }
         }
+    }
+}
+
+/// What kplug sends the plugin for the bench's client, with `object`:
+/// the direct route's and the relay's request.
+pub fn plugin_request(object: Bytes, number: usize) -> ReconcileRequest {
+    ReconcileRequest {
+        // Same length as kplug's UUIDs.
+        operation_id: format!("00000000-0000-4000-8000-{number:012x}"),
+        dry_run: false,
+        object,
+        extensions: Vec::new(),
+        timeout: prost_types::Duration::try_from(RECONCILE_TIMEOUT).ok(),
+        // The same bytes as kplug's.
+        caller: Some(kplug_proto::v1alpha1::UserInfo {
+            username: STANDALONE_ADMIN.to_owned(),
+            groups: vec!["system:masters".to_owned()],
+            extra: Default::default(),
+        }),
+        ..ReconcileRequest::default()
     }
 }
 

@@ -266,7 +266,7 @@ impl ApiClient {
 
 /// rustls client config trusting the server's CA and presenting the admin
 /// certificate from the kubeconfig that standalone mode wrote.
-fn admin_tls_config(kplug: &StandaloneKplug) -> Result<rustls::ClientConfig> {
+pub fn admin_tls_config(kplug: &StandaloneKplug) -> Result<rustls::ClientConfig> {
     let ca_path = kplug.state.path().join("ca.crt");
     let ca = std::fs::read(&ca_path).with_context(|| format!("reading {}", ca_path.display()))?;
     let (cert, key) = kplug.admin_pem();
