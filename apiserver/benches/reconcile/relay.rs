@@ -129,8 +129,14 @@ fn server_config(kplug: &StandaloneKplug) -> Result<Arc<rustls::ServerConfig>> {
 
 async fn serve(listener: TcpListener, tls: TlsAcceptor, client: PluginClient<Channel>) {
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
+        // The bench connects once; a failed accept ends the relay, and its
+        // caller's next call fails, rather than a loop of failing accepts.
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(error) => {
+                eprintln!("the relay stopped accepting: {error}");
+                return;
+            }
         };
         let (tls, client) = (tls.clone(), client.clone());
         tokio::spawn(async move {
