@@ -23,12 +23,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use kplug_apiserver::auth::verifier::{optional_client_auth, roots};
 use kplug_apiserver::server::pki::CertificateAuthority;
 use kplug_apiserver::server::serving_cert::ServingCert;
 use kplug_apiserver::server::tls;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_test_support::StandaloneKplug;
-use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
@@ -104,7 +104,8 @@ impl Drop for Relay {
 
 /// kplug's own TLS configuration (`server::tls`), with a serving
 /// certificate for 127.0.0.1 from the CA of `kplug`'s state directory, and
-/// client certificates verified against that CA, as standalone kplug's.
+/// client certificates verified against that CA by kplug's verifier, as
+/// standalone kplug's.
 fn server_config(kplug: &StandaloneKplug) -> Result<Arc<rustls::ServerConfig>> {
     let state = kplug.state.path();
     let ca = CertificateAuthority::load(&state.join("ca.crt"), &state.join("ca.key"))?
@@ -114,15 +115,7 @@ fn server_config(kplug: &StandaloneKplug) -> Result<Arc<rustls::ServerConfig>> {
         &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
         time::Duration::days(1),
     )?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca.cert_pem().as_bytes()) {
-        roots.add(cert.context("kplug's CA")?)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .allow_unauthenticated()
-        .build()
-        .context("the client certificate verifier")?;
+    let verifier = optional_client_auth(roots(ca.cert_pem())?);
     let cert = ServingCert::fixed(&serving.cert, &serving.key)?;
     Ok(tls::server_config(Arc::new(cert), verifier)?)
 }
