@@ -12,20 +12,17 @@
 //!   tonic channel, with `object` the same JSON bytes and the same deadline
 //!   that kplug passes.
 //!
-//! - **through a relay** (one call at a time only): the floor of any proxy
-//!   here, TLS and HTTP/2 in and the gRPC call out with nothing between
+//! - **through a relay**: the floor of any proxy here, TLS and HTTP/2 in
+//!   and the gRPC call out with nothing between, in a process of its own
 //!   (`relay`).
 //!
 //! It measures p50 and p99 latency with one call in flight, alternating the
 //! routes in rounds, and throughput with `IN_FLIGHT` calls in flight over
 //! one and over four connections, with the CPU time each process spent.
 //!
-//! Both routes include the plugin's own time, which is mostly waiting: the
-//! hello plugin awaits `tokio::time::sleep` of its `--delay-ms` fault knob
-//! (0 by default) in every call, Tokio rounds that up to its next 1 ms
-//! tick, and the idle worker parks in `epoll_wait` with a 1 ms timeout, so
-//! every call waits about 1.08 ms. That is the same on both routes, so the
-//! difference between them is what kplug adds.
+//! Every route includes the plugin's own time, the same on each (the hello
+//! plugin answers at once: its `--delay-ms` fault knob is 0), so the
+//! difference between them is what kplug, or the relay, adds.
 //!
 //! With `KPLUG_BASELINE=REV` (a commit), an earlier build of kplug runs
 //! beside the current one, each with its own plugin process, and a third
@@ -56,14 +53,9 @@ use kplug_test_support::target_binary;
 use tokio::task::JoinSet;
 
 use payload::{PAYLOADS, Payload};
-use relay::Relay;
 use report::{LatencyRun, Report, ThroughputRun};
-use route::{Call, Caller, Deployment, Route, check_routes, connect_plugin};
-use rustls::pki_types::ServerName;
-use support::{
-    ApiClient, BASELINE_VARIABLE, STARTUP_TIMEOUT, Server, admin_tls_config, baseline_from_env,
-    join_all, print_machine,
-};
+use route::{Call, Caller, Deployment, Route, check_routes, connect_plugin_once_listening};
+use support::{ApiClient, BASELINE_VARIABLE, Server, baseline_from_env, join_all, print_machine};
 
 /// Builds both binaries measured here.
 const BUILD: &str = "cargo build --release -p kplug-apiserver -p kplug-example-hello";
@@ -118,6 +110,9 @@ pub const TARGET_SMALL_PER_SECOND: f64 = 5_000.0;
 pub const OBJECT_NAME: &str = "bench-object";
 
 fn main() -> Result<()> {
+    if let Some(relayed) = relay::serve_if_relay() {
+        return relayed;
+    }
     let server_binary = target_binary("kplug-apiserver", BUILD)?;
     let plugin_binary = target_binary("hello-plugin", BUILD)?;
     let baseline = baseline_from_env()?;
@@ -132,7 +127,8 @@ fn main() -> Result<()> {
     let usage_before = CpuSnapshot::now(&[])?;
 
     let report = {
-        let current = Deployment::start(Server::start(SERVER_FLAGS), &plugin_binary);
+        let current =
+            Deployment::start(Server::start(SERVER_FLAGS), &plugin_binary).with_relay()?;
         let baseline = baseline.as_ref().map(|(binary, rev)| {
             let server = Server::start_binary(binary, SERVER_FLAGS);
             (Deployment::start(server, &plugin_binary), rev.clone())
@@ -164,34 +160,13 @@ async fn run(
     payloads: Vec<Payload>,
 ) -> Result<Report> {
     let mut kplug = ApiClient::connect(&current.server).await?;
-    let mut direct = tokio::time::timeout(STARTUP_TIMEOUT, async {
-        loop {
-            match connect_plugin(current.plugin.address).await {
-                Ok(client) => return client,
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    })
-    .await
-    .with_context(|| {
-        format!(
-            "the plugin did not listen on {} in time",
-            current.plugin.address
-        )
-    })?;
-    let relay = Relay::start(&current.server.kplug, current.plugin.address).await?;
-    let relayed = ApiClient::connect_with(
-        relay.address,
-        ServerName::IpAddress(relay.address.ip().into()),
-        admin_tls_config(&current.server.kplug)?,
-        http::HeaderMap::new(),
-    )
-    .await?;
+    let mut direct = connect_plugin_once_listening(current.plugin.address).await?;
+    let relayed = Caller::connect(Route::Relay, current).await?;
     let mut earlier = match baseline {
         Some((deployment, _)) => Some(ApiClient::connect(&deployment.server).await?),
         None => None,
     };
-    let mut routes = vec![Route::Kplug, Route::Direct];
+    let mut routes = vec![Route::Kplug, Route::Direct, Route::Relay];
     if baseline.is_some() {
         routes.insert(1, Route::Baseline);
     }
@@ -216,7 +191,7 @@ async fn run(
         let mut callers = vec![
             (Route::Kplug, Caller::Kplug(kplug.clone())),
             (Route::Direct, Caller::Direct(direct.clone())),
-            (Route::Relay, Caller::Relay(relayed.clone())),
+            (Route::Relay, relayed.clone()),
         ];
         if let Some(earlier) = &earlier {
             callers.push((Route::Baseline, Caller::Kplug(earlier.clone())));
@@ -416,9 +391,12 @@ async fn throughput(
     let warmup = (total / THROUGHPUT_WARMUP_DIVISOR).max(IN_FLIGHT);
     concurrent(&callers, payload, warmup).await?;
 
-    let (server, plugin) = (&deployment.server, &deployment.plugin);
-    let (server_cpu, plugin_cpu, client_cpu) =
-        (server.cpu_time()?, plugin.cpu_time()?, own_cpu_time()?);
+    let plugin = &deployment.plugin;
+    let (proxy_cpu, plugin_cpu, client_cpu) = (
+        deployment.proxy_cpu_time(route)?,
+        plugin.cpu_time()?,
+        own_cpu_time()?,
+    );
     let started = Instant::now();
     let latencies = concurrent(&callers, payload, total).await?;
     let elapsed = started.elapsed();
@@ -430,7 +408,7 @@ async fn throughput(
         elapsed,
         latencies,
         client_cpu: own_cpu_time()?.saturating_sub(client_cpu),
-        server_cpu: server.cpu_time()?.saturating_sub(server_cpu),
+        proxy_cpu: deployment.proxy_cpu_time(route)?.saturating_sub(proxy_cpu),
         plugin_cpu: plugin.cpu_time()?.saturating_sub(plugin_cpu),
     })
 }

@@ -7,14 +7,16 @@
 //! object's JSON, passed to the plugin as `object` as the direct route
 //! passes it; the answer's body is the plugin's `objectStatus` bytes.
 //!
-//! It runs in the bench's process on a Tokio runtime of its own with two
-//! workers, the shape of kplug's, so that its latency is two real hops:
-//! only its CPU time cannot be told from the bench's, so it is measured
-//! one call at a time, not in the throughput runs.
+//! It is the bench's own binary started again as a process of its own,
+//! with a two-worker Tokio runtime (the shape of kplug's here), so that
+//! the caller's hop to it crosses processes as the hop to kplug does and
+//! its CPU time is its own.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -28,86 +30,95 @@ use kplug_apiserver::server::pki::CertificateAuthority;
 use kplug_apiserver::server::serving_cert::ServingCert;
 use kplug_apiserver::server::tls;
 use kplug_proto::v1alpha1::plugin_client::PluginClient;
-use kplug_test_support::StandaloneKplug;
+use kplug_test_support::measure::process_cpu_time;
+use kplug_test_support::{Process, StandaloneKplug};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::Channel;
 
 use crate::RECONCILE_TIMEOUT;
-use crate::route::{connect_plugin, plugin_request};
+use crate::route::{connect_plugin_once_listening, plugin_request};
+use crate::support::STARTUP_TIMEOUT;
 
-/// The relay, serving until dropped.
-pub struct Relay {
+/// The variable that makes the bench's binary a relay: the plugin's
+/// address and kplug's state directory, separated by a space.
+const RELAY_VARIABLE: &str = "KPLUG_BENCH_RELAY";
+
+/// The relay: the bench's own binary, started again as a process of its
+/// own, as kplug is one, so that a hop to it crosses processes as a hop
+/// to kplug does and its CPU time can be read from `/proc`. Killed when
+/// dropped; it also ends when its standard input closes with the bench.
+pub struct RelayProcess {
+    process: Process,
     pub address: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
-impl Relay {
+impl RelayProcess {
     /// Starts the relay in front of the plugin at `plugin`, with the
     /// certificates of `kplug`'s state directory, once it listens.
-    pub async fn start(kplug: &StandaloneKplug, plugin: SocketAddr) -> Result<Self> {
-        let tls = TlsAcceptor::from(server_config(kplug)?);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("relay")
-            .enable_all()
-            .build()
-            .context("the relay's runtime")?;
-        let (listening, on_listening) = oneshot::channel();
-        let (stop, stopped) = oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("relay".to_owned())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let ready = async {
-                        let listener = TcpListener::bind("127.0.0.1:0").await?;
-                        anyhow::Ok((listener, connect_plugin(plugin).await?))
-                    };
-                    let (listener, client) = match ready.await {
-                        Ok(ready) => ready,
-                        Err(error) => {
-                            let _ = listening.send(Err(error));
-                            return;
-                        }
-                    };
-                    let _ = listening.send(listener.local_addr().map_err(Into::into));
-                    tokio::select! {
-                        () = serve(listener, tls, client) => {}
-                        _ = stopped => {}
-                    }
-                });
-            })
-            .context("the relay's thread")?;
-        // Stops and joins the thread if it never listens.
-        let mut relay = Self {
-            address: SocketAddr::from(([127, 0, 0, 1], 0)),
-            stop: Some(stop),
-            thread: Some(thread),
-        };
-        relay.address = on_listening.await.context("the relay's thread ended")??;
-        Ok(relay)
+    pub fn start(kplug: &StandaloneKplug, plugin: SocketAddr) -> Result<Self> {
+        let binary = std::env::current_exe().context("the bench's own binary")?;
+        let (process, stdout) = Process::spawn_with_stdout(
+            Command::new(binary)
+                .env(
+                    RELAY_VARIABLE,
+                    format!("{plugin} {}", kplug.state.path().display()),
+                )
+                .stdin(Stdio::piped()),
+            "the relay",
+        );
+        let line = stdout.wait_for(STARTUP_TIMEOUT, "the relay's address", |line| {
+            line.parse::<SocketAddr>().is_ok()
+        });
+        let address = line.parse().context("the relay's address")?;
+        eprintln!("started the relay (pid {}) on {address}", process.pid());
+        Ok(Self { process, address })
+    }
+
+    pub fn cpu_time(&self) -> Result<Duration> {
+        process_cpu_time(self.process.pid())
     }
 }
 
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+/// When the bench's binary was started as the relay, serves as the relay
+/// and returns `Some` once its standard input closes.
+pub fn serve_if_relay() -> Option<Result<()>> {
+    let setting = std::env::var(RELAY_VARIABLE).ok()?;
+    Some(serve_as_relay(&setting))
+}
+
+fn serve_as_relay(setting: &str) -> Result<()> {
+    let (plugin, state) = setting
+        .split_once(' ')
+        .with_context(|| format!("{RELAY_VARIABLE} is not `PLUGIN_ADDRESS STATE_DIR`"))?;
+    let plugin: SocketAddr = plugin.parse().context("the plugin's address")?;
+    let tls = TlsAcceptor::from(server_config(Path::new(state))?);
+    // Two workers, the shape of kplug's runtime on this machine.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("the relay's runtime")?;
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let client = connect_plugin_once_listening(plugin).await?;
+        println!("{}", listener.local_addr()?);
+        let mut stdin = tokio::io::stdin();
+        let mut closed = [0u8; 1];
+        tokio::select! {
+            () = serve(listener, tls, client) => {}
+            _ = stdin.read(&mut closed) => {}
         }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+        Ok(())
+    })
 }
 
 /// kplug's own TLS configuration (`server::tls`), with a serving
 /// certificate for 127.0.0.1 from the CA of `kplug`'s state directory, and
 /// client certificates verified against that CA by kplug's verifier, as
 /// standalone kplug's.
-fn server_config(kplug: &StandaloneKplug) -> Result<Arc<rustls::ServerConfig>> {
-    let state = kplug.state.path();
+fn server_config(state: &Path) -> Result<Arc<rustls::ServerConfig>> {
     let ca = CertificateAuthority::load(&state.join("ca.crt"), &state.join("ca.key"))?
         .context("no CA in kplug's state directory")?;
     let serving = ca.issue_serving(

@@ -13,6 +13,7 @@ use kplug_proto::v1alpha1::plugin_client::PluginClient;
 use kplug_test_support::measure::process_cpu_time;
 use kplug_test_support::server_timing;
 use kplug_test_support::{Process, free_port};
+use rustls::pki_types::ServerName;
 
 /// The user of standalone kplug's admin certificate, whom kplug names to
 /// the plugin as the caller.
@@ -22,15 +23,19 @@ use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::payload::Payload;
-use crate::support::{ApiClient, REQUEST_TIMEOUT, STARTUP_TIMEOUT, Server};
+use crate::relay::RelayProcess;
+use crate::support::{ApiClient, REQUEST_TIMEOUT, STARTUP_TIMEOUT, Server, admin_tls_config};
 use crate::{
     MAX_MESSAGE_BYTES, OBJECT_NAME, PLUGIN_INTERVAL_SECONDS, PLUGIN_NAME, RECONCILE_PATH,
     RECONCILE_TIMEOUT,
 };
 
-/// A kplug and the plugin registered with it.
+/// A kplug and the plugin registered with it, and for the current build a
+/// relay in front of the same plugin.
 pub struct Deployment {
-    // Declared first, so the plugin is killed before its server.
+    // Declared first, so that the relay and then the plugin are killed
+    // before the server.
+    pub relay: Option<RelayProcess>,
     pub plugin: PluginProcess,
     pub server: Server,
 }
@@ -38,7 +43,34 @@ pub struct Deployment {
 impl Deployment {
     pub fn start(server: Server, plugin_binary: &Path) -> Self {
         let plugin = PluginProcess::start(plugin_binary, &server);
-        Self { plugin, server }
+        Self {
+            relay: None,
+            plugin,
+            server,
+        }
+    }
+
+    /// Starts a relay in front of this deployment's plugin.
+    pub fn with_relay(mut self) -> Result<Self> {
+        self.relay = Some(RelayProcess::start(
+            &self.server.kplug,
+            self.plugin.address,
+        )?);
+        Ok(self)
+    }
+
+    /// The CPU time so far of the process between the caller and the
+    /// plugin on `route`: kplug, or the relay (none on the direct route,
+    /// where kplug's own is given: idle, it shows what it spends alone).
+    pub fn proxy_cpu_time(&self, route: Route) -> Result<Duration> {
+        match route {
+            Route::Relay => self.relay()?.cpu_time(),
+            Route::Kplug | Route::Baseline | Route::Direct => self.server.cpu_time(),
+        }
+    }
+
+    fn relay(&self) -> Result<&RelayProcess> {
+        self.relay.as_ref().context("this deployment has no relay")
     }
 }
 
@@ -166,7 +198,18 @@ impl Caller {
                 Self::Kplug(ApiClient::connect(&deployment.server).await?)
             }
             Route::Direct => Self::Direct(connect_plugin(deployment.plugin.address).await?),
-            Route::Relay => bail!("the relay is connected to by its address"),
+            Route::Relay => {
+                let address = deployment.relay()?.address;
+                Self::Relay(
+                    ApiClient::connect_with(
+                        address,
+                        ServerName::IpAddress(address.ip().into()),
+                        admin_tls_config(&deployment.server.kplug)?,
+                        http::HeaderMap::new(),
+                    )
+                    .await?,
+                )
+            }
         })
     }
 
@@ -300,6 +343,21 @@ pub async fn connect_plugin(address: SocketAddr) -> Result<PluginClient<Channel>
     Ok(PluginClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// [`connect_plugin`], retried until the plugin listens, for at most
+/// `STARTUP_TIMEOUT`.
+pub async fn connect_plugin_once_listening(address: SocketAddr) -> Result<PluginClient<Channel>> {
+    tokio::time::timeout(STARTUP_TIMEOUT, async {
+        loop {
+            match connect_plugin(address).await {
+                Ok(client) => return client,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("the plugin did not listen on {address} in time"))
 }
 
 /// Waits until kplug reconciles with the plugin (it has registered and is
