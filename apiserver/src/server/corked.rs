@@ -5,11 +5,21 @@
 //! 16 KiB with kubectl's and most clients' settings: a 10,000-plugin list
 //! took about 900 `writev` calls of one TLS record each (BENCHMARKS.md).
 //! Once HTTP/2 is agreed, [`Corked`] keeps what is written and turns a
-//! flush into a promise: the task is woken at once, and the next time it
-//! reads the connection everything written since goes out together. h2's
-//! connection task reads on every poll, so no byte waits for more data,
-//! only for the end of the poll that wrote it. HTTP/1.1, whose dispatcher
-//! may wait on a response body without reading, is never corked.
+//! flush of a full frame's worth or more into a promise: the task is woken
+//! at once, and the next time it reads the connection everything written
+//! since goes out together. h2's connection task reads on every poll, so
+//! no byte waits for more data, only for the end of the poll that wrote it.
+//!
+//! A flush of less than that is sent at once. h2 flushes once a poll when
+//! it has written every frame it had, so a short hold is the end of what
+//! this poll had to send (a small answer, the last piece of a long one,
+//! control frames), and nothing would join it. Waking the task instead
+//! would cost every small answer a turn of the scheduler: Tokio takes a
+//! task that wakes itself for a yield and wakes a parked worker to take it
+//! over (BENCHMARKS.md, "Hop by hop").
+//!
+//! HTTP/1.1, whose dispatcher may wait on a response body without reading,
+//! is never corked.
 
 use std::io;
 use std::pin::Pin;
@@ -19,6 +29,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Past this many bytes held, a write sends them before taking more.
 const HELD_LIMIT: usize = 64 * 1024;
+/// A flush with less than this held sends it at once: less than one full
+/// DATA frame (16 KiB, HTTP/2's default and kubectl's) in one TLS record
+/// (its 22 bytes of overhead on top).
+const SEND_AT_ONCE_BELOW: usize = 16 * 1024 + 9 + 22;
 /// The hold's one allocation: the limit and one more write, which is one
 /// TLS record (at most 16 KiB and its overhead). One size for every hold,
 /// so the allocator reuses the same block, and it is freed once sent, so an
@@ -128,9 +142,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
             ready!(self.poll_send(cx))?;
             return Pin::new(&mut self.io).poll_flush(cx);
         }
-        if !self.held.is_empty() {
-            cx.waker().wake_by_ref();
+        if self.held.len() < SEND_AT_ONCE_BELOW {
+            ready!(self.poll_send(cx))?;
+            return Pin::new(&mut self.io).poll_flush(cx);
         }
+        cx.waker().wake_by_ref();
         Poll::Ready(Ok(()))
     }
 
@@ -187,19 +203,40 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn corked_flushes_send_at_the_next_read_everything_written_since() {
+    async fn corked_flushes_of_a_frame_or_more_wait_for_the_next_read() {
         let (mut ours, mut peer) = pair().await;
         ours.cork();
-        for frame in [&b"one,"[..], b"two,", b"three"] {
-            ours.write_all(frame).await.expect("write");
+        let frame = vec![b'f'; SEND_AT_ONCE_BELOW];
+        for _ in 0..2 {
+            ours.write_all(&frame).await.expect("write");
             ours.flush().await.expect("flush");
         }
-        assert!(nothing_waiting(&peer), "flushes alone send nothing");
+        ours.write_all(b"tail").await.expect("write");
+        ours.flush().await.expect("flush");
+        assert!(
+            nothing_waiting(&peer),
+            "flushes of full frames send nothing"
+        );
         peer.write_all(b"ping").await.expect("peer writes");
         let mut ping = [0; 4];
         ours.read_exact(&mut ping).await.expect("read");
         assert_eq!(&ping, b"ping");
-        assert_eq!(receive(&mut peer, 13).await, b"one,two,three");
+        let sent = receive(&mut peer, 2 * SEND_AT_ONCE_BELOW + 4).await;
+        assert!(
+            sent.ends_with(b"tail") && sent[..2 * SEND_AT_ONCE_BELOW].iter().all(|b| *b == b'f')
+        );
+    }
+
+    #[tokio::test]
+    async fn a_corked_flush_of_less_than_a_frame_sends_at_once() {
+        let (mut ours, mut peer) = pair().await;
+        ours.cork();
+        for frame in [&b"one,"[..], b"two,"] {
+            ours.write_all(frame).await.expect("write");
+        }
+        assert!(nothing_waiting(&peer), "writes alone send nothing");
+        ours.flush().await.expect("flush");
+        assert_eq!(receive(&mut peer, 8).await, b"one,two,");
     }
 
     #[tokio::test]
