@@ -30,8 +30,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Past this many bytes held, a write sends them before taking more.
 const HELD_LIMIT: usize = 64 * 1024;
 /// A flush with less than this held sends it at once: less than one full
-/// DATA frame (16 KiB, HTTP/2's default and kubectl's) in one TLS record
-/// (its 22 bytes of overhead on top).
+/// DATA frame (16 KiB of payload, HTTP/2's default and kubectl's, and its
+/// 9-byte header) sealed in a TLS 1.3 record (22 bytes more).
 const SEND_AT_ONCE_BELOW: usize = 16 * 1024 + 9 + 22;
 /// The hold's one allocation: the limit and one more write, which is one
 /// TLS record (at most 16 KiB and its overhead). One size for every hold,
