@@ -110,7 +110,10 @@ pub fn router(
                 .fallback(method_not_allowed),
         )
         .merge(discovery::router())
-        .with_state(state)
+        // One reference count per request: axum clones the state for
+        // each, and a clone of the struct itself bumped (and dropped) one
+        // for each of its shared parts, on counters every worker touches.
+        .with_state(Arc::new(state))
         .merge(openapi::router(openapi))
         .route(
             "/metrics",

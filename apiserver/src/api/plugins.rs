@@ -1,5 +1,7 @@
 //! The `plugins` resource: list, get, watch and delete.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -28,7 +30,7 @@ fn encoding_error(e: serde_json::Error) -> ApiError {
 
 /// `GET /apis/plugins.kplug.io/v1alpha1/plugins`
 pub async fn list(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -69,7 +71,7 @@ pub async fn list(
 
 /// `GET /apis/plugins.kplug.io/v1alpha1/plugins/{name}`
 pub async fn get(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -101,7 +103,7 @@ pub async fn get(
 /// registration. A plugin that is still running re-registers with its next
 /// heartbeat, as a new object with a new uid.
 pub async fn delete(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {

@@ -2,6 +2,8 @@
 //! instances answered the dry-run copies of its reconciles, compared with
 //! the answers its callers got (`kubectl kplug shadow NAME`).
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::response::Response;
 
@@ -11,7 +13,7 @@ use super::status::ApiError;
 
 /// `GET /apis/plugins.kplug.io/v1alpha1/plugins/{name}/shadow`
 pub async fn get(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let shadow = state

@@ -43,7 +43,7 @@ struct Bookmark {
 
 /// Renders events for one watch.
 struct Encoder {
-    state: AppState,
+    state: Arc<AppState>,
     options: ListOptions,
     repr: Representation,
 }
@@ -134,7 +134,7 @@ fn error_line(error: &ApiError) -> Bytes {
 
 /// Starts a watch and returns the streaming response.
 pub fn watch(
-    state: AppState,
+    state: Arc<AppState>,
     options: ListOptions,
     repr: Representation,
 ) -> Result<Response, ApiError> {

@@ -279,7 +279,7 @@ fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
 /// [`reconcile`], recorded in the audit log whatever its outcome.
 #[allow(clippy::too_many_arguments)]
 async fn delegate(
-    state: AppState,
+    state: &AppState,
     user: &User,
     body: &Bytes,
     request: Request<'_>,
@@ -294,7 +294,7 @@ async fn delegate(
     let trace = trace.unwrap_or_else(TraceParent::new_root).child();
     let mut trail = Trail::default();
     let result = reconcile(
-        &state, user, body, &request, warnings, addressed, trace, &mut trail, stages,
+        state, user, body, &request, warnings, addressed, trace, &mut trail, stages,
     )
     .await;
     if let Some(log) = &state.audit {
@@ -475,7 +475,7 @@ async fn reconcile(
 
 /// `POST /apis/plugins.kplug.io/v1alpha1/plugins/{name}/reconcile`
 pub async fn subresource(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Extension(user): Extension<Arc<User>>,
     authenticated: Option<Extension<Authenticated>>,
     Path(name): Path<String>,
@@ -500,7 +500,7 @@ pub async fn subresource(
         namespace: None,
     };
     delegate(
-        state,
+        &state,
         &user,
         &received.body,
         request,
@@ -515,7 +515,7 @@ pub async fn subresource(
 /// `POST /apis/plugins.kplug.io/v1alpha1/reconciles`: kplug selects the
 /// plugin, for an object in any namespace.
 pub async fn create(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Extension(user): Extension<Arc<User>>,
     authenticated: Option<Extension<Authenticated>>,
     headers: HeaderMap,
@@ -531,14 +531,14 @@ pub async fn create(
         received: &received,
         warnings,
     };
-    select_and_delegate(state, &user, sent, request, None, &mut stages).await
+    select_and_delegate(&state, &user, sent, request, None, &mut stages).await
 }
 
 /// `POST /apis/plugins.kplug.io/v1alpha1/namespaces/{namespace}/reconciles`:
 /// as [`create`], for an object of that namespace only, so that a
 /// RoleBinding in the namespace can grant it.
 pub async fn create_in_namespace(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Extension(user): Extension<Arc<User>>,
     authenticated: Option<Extension<Authenticated>>,
     Path(namespace): Path<String>,
@@ -567,7 +567,7 @@ pub async fn create_in_namespace(
         warnings,
     };
     let namespace = Some(namespace.as_str());
-    select_and_delegate(state, &user, sent, request, namespace, &mut stages).await
+    select_and_delegate(&state, &user, sent, request, namespace, &mut stages).await
 }
 
 /// A `reconciles` request as received, beside its decoded body.
@@ -579,7 +579,7 @@ struct Sent<'a> {
 
 /// What `reconciles` checks before delegating: the selection is complete.
 async fn select_and_delegate(
-    state: AppState,
+    state: &AppState,
     user: &User,
     sent: Sent<'_>,
     request: Request<'_>,
