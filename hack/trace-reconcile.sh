@@ -6,8 +6,10 @@
 # sendto, recvfrom) with perf. hack/lib/reconcile_hops.py then follows each
 # call through kplug, through the relay and direct from the bench's write
 # to its read, and prints per hop the median wall time, the CPU time each
-# process spent in it and the wakeups of each process's threads. The
-# bench's own report goes to OUT/reconcile.md.
+# process spent in it and the wakeups of each process's threads. With
+# KPLUG_BASELINE=REV (see hack/baseline.sh) the bench also calls kplug built
+# at REV, and its calls get a table of their own: before and after in one
+# recording. The bench's own report goes to OUT/reconcile.md.
 #   cargo build --release -p kplug-apiserver -p kplug-example-hello
 #   hack/trace-reconcile.sh [OUT]
 set -euo pipefail
@@ -20,6 +22,7 @@ for call in writev sendto recvfrom; do
     events+=",syscalls:sys_enter_$call,syscalls:sys_exit_$call"
 done
 
+source "$root/hack/lib/reconcile-bench.sh"
 cd "$root"
 cargo bench -p kplug-apiserver --bench reconcile --no-run >/dev/null 2>&1
 declare -A pid=()
@@ -43,11 +46,10 @@ snapshot_processes() {
 while IFS= read -r line; do
     echo "$line" >&2
     case "$line" in
-        "started kplug-apiserver (pid "*) [[ -v pid[kplug] ]] || pid[kplug]=$(grep -o '[0-9]*' <<<"${line#*pid }" | head -1) ;;
-        "started hello-plugin (pid "*) [[ -v pid[plugin] ]] || pid[plugin]=$(grep -o '[0-9]*' <<<"${line#*pid }" | head -1) ;;
         "started the relay (pid "*)
-            pid[relay]=$(grep -o '[0-9]*' <<<"${line#*pid }" | head -1)
+            remember_started "$line"
             pid[bench]=$(ps -o ppid= -p "${pid[relay]}" | tr -d ' ') ;;
+        "started "*) remember_started "$line" || true ;;
         timing*sequential\ reconciles\ of\ the\ 1\ KiB*)
             if [[ -z $recorded ]]; then
                 recorded=yes

@@ -1,9 +1,11 @@
 """Where each sequential reconcile's time went, hop by hop (hack/trace-reconcile.sh).
 
 Reads, from the directory given: `threads` ("ROLE PID TID" for the
-threads of the bench, kplug, the relay and the plugin), `sockets` ("PID FD INODE"), `tcp` (/proc/net/tcp) and
-`events` (perf script -F pid,tid,cpu,time,event,trace of the scheduler's
-switches and wakeups and the socket calls). Follows each call of each route
+threads of the bench, kplug, the relay and the plugin, and of a baseline
+build and its plugin when the bench ran one), `sockets` ("PID FD INODE"),
+`tcp` (/proc/net/tcp) and `events` (perf script -F
+pid,tid,cpu,time,event,trace of the scheduler's switches and wakeups and
+the socket calls). Follows each call of each route
 from the bench's first write to its first read of the answer, cuts it into
 hops at the first or last read or write of each process on each
 connection, and prints a Markdown table per route: each hop's median wall
@@ -127,6 +129,9 @@ def calls(io, server, path):
     """The times of `path`'s marks in each call to `server` (kplug, the
     relay or the plugin) that went the whole path."""
     rename = {} if server == "plugin" else {server: "proxy"}
+    if server == "baseline":
+        # The baseline build calls a plugin process of its own.
+        rename.update({"baseline-plugin": "plugin", "plugin": "plugin of this build"})
     found, current = [], None
     for at, role, kind, peer in io:
         role, peer = rename.get(role, role), rename.get(peer, peer)
@@ -208,6 +213,8 @@ def main():
         ("Through the relay", "relay", PROXIED_PATH, PROXIED_HOPS),
         ("Direct", "plugin", DIRECT_PATH, DIRECT_HOPS),
     ]
+    if "baseline" in roles.values():
+        routes.insert(1, ("Through the baseline build", "baseline", PROXIED_PATH, PROXIED_HOPS))
     for name, server, path, hops in routes:
         found = calls(io, server, path)
         if not found:
