@@ -184,7 +184,7 @@ async fn run(
             check_routes(earlier, &mut direct, payload).await?;
         }
         eprintln!(
-            "timing {} sequential reconciles of the {} object per route",
+            "timing {} sequential reconciles of the {} object per route, after {WARMUP} untimed",
             ROUNDS * PER_ROUND,
             payload.label
         );
