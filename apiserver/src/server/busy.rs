@@ -1,10 +1,18 @@
 //! Whether a connection is in use: a request counts from the moment its
 //! headers are in until its response body is finished or dropped, so an open
 //! watch or a streaming heartbeat keeps its connection busy, however quiet.
+//!
+//! Requests only count themselves; they wake nobody. The watchdog
+//! ([`Activity::stalled`]) looks at the count when its own deadline comes,
+//! and asks to be woken only while it waits for the requests in progress
+//! to end. A wake-up per request start and end (a `watch` channel, before)
+//! cost every reconcile a scheduler turn of the connection's task
+//! (BENCHMARKS.md, "kplug against the relay, by crate").
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,28 +21,85 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::auth::PeerIdentity;
 
-/// Requests in progress on one connection.
-type InFlight = Arc<watch::Sender<usize>>;
+/// One connection's requests, as they count themselves.
+struct Usage {
+    in_flight: AtomicUsize,
+    started_any: AtomicBool,
+    /// When `in_flight` last fell to zero, in nanoseconds since `epoch`.
+    idle_since: AtomicU64,
+    epoch: Instant,
+    /// Set while the watchdog waits on `changed`: for the first request,
+    /// or for the last one in progress to end.
+    watched: AtomicBool,
+    changed: Notify,
+}
+
+impl Usage {
+    fn new() -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            started_any: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
+            epoch: Instant::now(),
+            watched: AtomicBool::new(false),
+            changed: Notify::new(),
+        }
+    }
+
+    fn idle_since(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.idle_since.load(SeqCst))
+    }
+
+    /// Wakes the watchdog if it waits. A wake-up it was not waiting for
+    /// leaves a permit (`Notify`), which only makes it look again.
+    fn tell_watchdog(&self) {
+        if self.watched.swap(false, SeqCst) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Until `changed` is told, unless `done` holds once the watchdog is
+    /// registered (SeqCst on both sides: either this sees the change or
+    /// its maker sees `watched`).
+    async fn wait_unless(&self, done: impl Fn(&Self) -> bool) {
+        let changed = self.changed.notified();
+        self.watched.store(true, SeqCst);
+        if done(self) {
+            self.watched.store(false, SeqCst);
+        } else {
+            changed.await;
+        }
+    }
+}
 
 /// One request in progress, until dropped.
-struct Busy(InFlight);
+struct Busy(Arc<Usage>);
 
 impl Busy {
-    fn new(in_flight: &InFlight) -> Self {
-        in_flight.send_modify(|n| *n += 1);
-        Self(in_flight.clone())
+    fn new(usage: &Arc<Usage>) -> Self {
+        usage.in_flight.fetch_add(1, SeqCst);
+        if !usage.started_any.swap(true, SeqCst) {
+            usage.tell_watchdog();
+        }
+        Self(usage.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        let usage = &self.0;
+        if usage.in_flight.fetch_sub(1, SeqCst) == 1 {
+            let since = Instant::now().saturating_duration_since(usage.epoch);
+            let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+            usage.idle_since.fetch_max(nanos, SeqCst);
+            usage.tell_watchdog();
+        }
     }
 }
 
@@ -44,13 +109,13 @@ impl Drop for Busy {
 pub struct ConnectionService {
     app: Router,
     peer: PeerIdentity,
-    in_flight: InFlight,
+    usage: Arc<Usage>,
 }
 
 /// The watching side of a [`ConnectionService`]: when it has been unused
 /// for too long.
 pub struct Activity {
-    in_flight: watch::Receiver<usize>,
+    usage: Arc<Usage>,
 }
 
 /// Why a connection was found stalled.
@@ -64,13 +129,13 @@ pub enum Stall {
 
 /// `app` serving one connection from `peer`, and its activity.
 pub fn track(app: Router, peer: PeerIdentity) -> (ConnectionService, Activity) {
-    let (sender, in_flight) = watch::channel(0);
+    let usage = Arc::new(Usage::new());
     let service = ConnectionService {
         app,
         peer,
-        in_flight: Arc::new(sender),
+        usage: usage.clone(),
     };
-    (service, Activity { in_flight })
+    (service, Activity { usage })
 }
 
 impl hyper::service::Service<Request<Incoming>> for ConnectionService {
@@ -81,7 +146,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.peer.clone());
-        let busy = Busy::new(&self.in_flight);
+        let busy = Busy::new(&self.usage);
         let response = self.app.clone().oneshot(request);
         Box::pin(async move {
             let response = response.await?;
@@ -121,22 +186,26 @@ impl Activity {
     /// Resolves when the connection has had no complete request by
     /// `first_by`, or later no request in progress for `idle`; never while
     /// a request is in progress.
-    pub async fn stalled(mut self, first_by: Instant, idle: Duration) -> Stall {
-        let mut deadline = Some((first_by, Stall::FirstRequest));
+    pub async fn stalled(self, first_by: Instant, idle: Duration) -> Stall {
+        let usage = &*self.usage;
+        let first = usage.wait_unless(|usage| usage.started_any.load(SeqCst));
+        if tokio::time::timeout_at(first_by, first).await.is_err()
+            && !usage.started_any.load(SeqCst)
+        {
+            return Stall::FirstRequest;
+        }
         loop {
-            let changed = match deadline {
-                Some((at, stall)) => tokio::select! {
-                    () = tokio::time::sleep_until(at) => return stall,
-                    changed = self.in_flight.changed() => changed,
-                },
-                None => self.in_flight.changed().await,
-            };
-            if changed.is_err() {
-                // The service is gone, so is the connection: its end decides.
-                return std::future::pending().await;
+            if usage.in_flight.load(SeqCst) > 0 {
+                usage
+                    .wait_unless(|usage| usage.in_flight.load(SeqCst) == 0)
+                    .await;
+                continue;
             }
-            let in_flight = *self.in_flight.borrow_and_update();
-            deadline = (in_flight == 0).then(|| (Instant::now() + idle, Stall::Idle));
+            let deadline = usage.idle_since() + idle;
+            if Instant::now() >= deadline {
+                return Stall::Idle;
+            }
+            tokio::time::sleep_until(deadline).await;
         }
     }
 }
@@ -161,7 +230,7 @@ mod tests {
         let (service, activity) = track(Router::new(), PeerIdentity::Anonymous);
         let start = Instant::now();
         let stalled = tokio::spawn(activity.stalled(start + Duration::from_secs(1), LONG / 2));
-        let busy = Busy::new(&service.in_flight);
+        let busy = Busy::new(&service.usage);
         // Far past both the first-request deadline and the idle timeout.
         tokio::time::sleep(LONG).await;
         assert!(!stalled.is_finished());
@@ -170,5 +239,36 @@ mod tests {
         let stall = stalled.await.expect("the watchdog");
         assert_eq!(stall, Stall::Idle);
         assert_eq!(done.elapsed(), LONG / 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_counts_from_the_last_end_not_from_the_first_deadline() {
+        let (service, activity) = track(Router::new(), PeerIdentity::Anonymous);
+        let start = Instant::now();
+        let idle = Duration::from_secs(2);
+        let stalled = tokio::spawn(activity.stalled(start + Duration::from_secs(10), idle));
+        drop(Busy::new(&service.usage));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let last_end = Instant::now();
+        drop(Busy::new(&service.usage));
+        let stall = stalled.await.expect("the watchdog");
+        assert_eq!(stall, Stall::Idle);
+        assert_eq!(last_end.elapsed(), idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_closer_than_the_idle_timeout_keep_it_open() {
+        let (service, activity) = track(Router::new(), PeerIdentity::Anonymous);
+        let idle = Duration::from_secs(2);
+        let stalled = tokio::spawn(activity.stalled(Instant::now() + idle, idle));
+        for _ in 0..10 {
+            tokio::time::sleep(idle / 2).await;
+            drop(Busy::new(&service.usage));
+            assert!(!stalled.is_finished());
+        }
+        let last_end = Instant::now();
+        let stall = stalled.await.expect("the watchdog");
+        assert_eq!(stall, Stall::Idle);
+        assert_eq!(last_end.elapsed(), idle);
     }
 }
