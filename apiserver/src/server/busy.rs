@@ -4,15 +4,16 @@
 //!
 //! Requests only count themselves; they wake nobody. The watchdog
 //! ([`Activity::stalled`]) looks at the count when its own deadline comes,
-//! and asks to be woken only while it waits for the requests in progress
-//! to end. A wake-up per request start and end (a `watch` channel, before)
-//! cost every reconcile a scheduler turn of the connection's task
-//! (BENCHMARKS.md, "kplug against the relay, by crate").
+//! and asks to be woken only for the first request and, when it finds
+//! requests in progress, for the end of the last. A wake-up per request
+//! start and end (a `watch` channel, before) cost every reconcile a
+//! scheduler turn of the connection's task (BENCHMARKS.md, "kplug against
+//! the relay, by crate").
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,48 +30,62 @@ use crate::auth::PeerIdentity;
 
 /// One connection's requests, as they count themselves.
 struct Usage {
-    in_flight: AtomicUsize,
-    started_any: AtomicBool,
-    /// When `in_flight` last fell to zero, in nanoseconds since `epoch`.
-    idle_since: AtomicU64,
-    epoch: Instant,
+    /// One lock for the count and the time it fell to zero, so that the
+    /// watchdog never sees a last request ended but not yet its time.
+    counts: Mutex<Counts>,
     /// Set while the watchdog waits on `changed`: for the first request,
     /// or for the last one in progress to end.
     watched: AtomicBool,
     changed: Notify,
 }
 
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    in_flight: usize,
+    started_any: bool,
+    /// When `in_flight` last fell to zero.
+    idle_since: Option<Instant>,
+}
+
+impl Counts {
+    /// Since when no request has been in progress, if none is.
+    fn idle(self) -> Option<Instant> {
+        self.idle_since.filter(|_| self.in_flight == 0)
+    }
+}
+
 impl Usage {
     fn new() -> Self {
         Self {
-            in_flight: AtomicUsize::new(0),
-            started_any: AtomicBool::new(false),
-            idle_since: AtomicU64::new(0),
-            epoch: Instant::now(),
+            counts: Mutex::default(),
             watched: AtomicBool::new(false),
             changed: Notify::new(),
         }
     }
 
-    fn idle_since(&self) -> Instant {
-        self.epoch + Duration::from_nanos(self.idle_since.load(SeqCst))
-    }
-
-    /// Wakes the watchdog if it waits. A wake-up it was not waiting for
-    /// leaves a permit (`Notify`), which only makes it look again.
-    fn tell_watchdog(&self) {
-        if self.watched.swap(false, SeqCst) {
+    /// Changes the counts; tells the watchdog, if it waits, when `change`
+    /// says so. Nothing panics under the lock, so a poisoned one is sound.
+    fn update(&self, change: impl FnOnce(&mut Counts) -> bool) {
+        let tell = change(&mut self.counts.lock().unwrap_or_else(PoisonError::into_inner));
+        // SeqCst here and in `wait_unless`: either the watchdog sees the
+        // change or this sees `watched`.
+        if tell && self.watched.swap(false, SeqCst) {
+            // A wake-up nobody waits for leaves a permit, which only makes
+            // the watchdog look again.
             self.changed.notify_one();
         }
     }
 
-    /// Until `changed` is told, unless `done` holds once the watchdog is
-    /// registered (SeqCst on both sides: either this sees the change or
-    /// its maker sees `watched`).
-    async fn wait_unless(&self, done: impl Fn(&Self) -> bool) {
+    fn counts(&self) -> Counts {
+        *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Until a change is told, unless `done` holds once the watchdog is
+    /// registered.
+    async fn wait_unless(&self, done: impl Fn(Counts) -> bool) {
         let changed = self.changed.notified();
         self.watched.store(true, SeqCst);
-        if done(self) {
+        if done(self.counts()) {
             self.watched.store(false, SeqCst);
         } else {
             changed.await;
@@ -83,23 +98,24 @@ struct Busy(Arc<Usage>);
 
 impl Busy {
     fn new(usage: &Arc<Usage>) -> Self {
-        usage.in_flight.fetch_add(1, SeqCst);
-        if !usage.started_any.swap(true, SeqCst) {
-            usage.tell_watchdog();
-        }
+        usage.update(|counts| {
+            counts.in_flight += 1;
+            !std::mem::replace(&mut counts.started_any, true)
+        });
         Self(usage.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let usage = &self.0;
-        if usage.in_flight.fetch_sub(1, SeqCst) == 1 {
-            let since = Instant::now().saturating_duration_since(usage.epoch);
-            let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
-            usage.idle_since.fetch_max(nanos, SeqCst);
-            usage.tell_watchdog();
-        }
+        self.0.update(|counts| {
+            counts.in_flight = counts.in_flight.saturating_sub(1);
+            let last = counts.in_flight == 0;
+            if last {
+                counts.idle_since = Some(Instant::now());
+            }
+            last
+        });
     }
 }
 
@@ -188,24 +204,21 @@ impl Activity {
     /// a request is in progress.
     pub async fn stalled(self, first_by: Instant, idle: Duration) -> Stall {
         let usage = &*self.usage;
-        let first = usage.wait_unless(|usage| usage.started_any.load(SeqCst));
-        if tokio::time::timeout_at(first_by, first).await.is_err()
-            && !usage.started_any.load(SeqCst)
-        {
+        let first = usage.wait_unless(|counts| counts.started_any);
+        if tokio::time::timeout_at(first_by, first).await.is_err() && !usage.counts().started_any {
             return Stall::FirstRequest;
         }
         loop {
-            if usage.in_flight.load(SeqCst) > 0 {
-                usage
-                    .wait_unless(|usage| usage.in_flight.load(SeqCst) == 0)
-                    .await;
-                continue;
+            match usage.counts().idle() {
+                Some(since) => {
+                    let deadline = since + idle;
+                    if Instant::now() >= deadline {
+                        return Stall::Idle;
+                    }
+                    tokio::time::sleep_until(deadline).await;
+                }
+                None => usage.wait_unless(|counts| counts.idle().is_some()).await,
             }
-            let deadline = usage.idle_since() + idle;
-            if Instant::now() >= deadline {
-                return Stall::Idle;
-            }
-            tokio::time::sleep_until(deadline).await;
         }
     }
 }
