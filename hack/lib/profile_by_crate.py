@@ -27,7 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-PHASE_ROWS = {
+# Each process's row in the bench's throughput table, by its route.
+THROUGHPUT_ROWS = {
     "kplug": "through kplug",
     "baseline": "through kplug (baseline)",
     "relay": "through a relay",
@@ -56,7 +57,7 @@ def cpu_per_reconcile(report):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) < 9 or cells[0] != "1 KiB" or cells[1] != "1":
             continue
-        for role, label in PHASE_ROWS.items():
+        for role, label in THROUGHPUT_ROWS.items():
             if cells[2] == label:
                 proxy = cells[8].split("/")[1]
                 found[role] = float(proxy.replace("µs", "").replace(",", "").strip())
@@ -123,9 +124,10 @@ def table(title, rows, roles, limit=None):
     print("| | " + " | ".join(f"{role} µs" for role in roles) + " | kplug − relay |")
     print("|---|" + "---:|" * (len(roles) + 1))
     names = set().union(*(rows[role] for role in roles))
-    ordered = sorted(names, key=lambda n: -(rows["kplug"].get(n, 0) - rows["relay"].get(n, 0)))
-    if limit:
+    if limit:  # kplug's largest
         ordered = sorted(names, key=lambda n: -rows["kplug"].get(n, 0))[:limit]
+    else:  # what kplug spends beyond the relay, largest first
+        ordered = sorted(names, key=lambda n: -(rows["kplug"].get(n, 0) - rows["relay"].get(n, 0)))
     rest = {role: 0.0 for role in roles}
     for name in ordered:
         values = [rows[role].get(name, 0.0) for role in roles]
