@@ -50,7 +50,6 @@ impl Default for WatchSettings {
 }
 
 /// What every handler can reach.
-#[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<Registry>,
     pub proxy: Arc<Proxy>,
